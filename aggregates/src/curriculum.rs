@@ -33,7 +33,7 @@ pub struct Rules {
     /// Goals completed per week the plan aims at.
     pub weekly_target: u32,
     /// Retention the FSRS scheduler aims at.
-    pub desired_retention: f32,
+    pub desired_retention: f64,
 }
 
 impl Default for Rules {

@@ -7,7 +7,7 @@ use fsrs::{MemoryState, DEFAULT_PARAMETERS, FSRS};
 use crate::learning_journey::CardMemory;
 
 /// The memory of a card after one review at `now`; `None` if the scheduler failed.
-pub fn review(memory: &CardMemory, passed: bool, now: DateTime<Utc>, desired_retention: f32) -> Option<CardMemory> {
+pub fn review(memory: &CardMemory, passed: bool, now: DateTime<Utc>, desired_retention: f64) -> Option<CardMemory> {
     let fsrs = FSRS::new(&DEFAULT_PARAMETERS).ok()?;
     let current = match (memory.stability, memory.difficulty) {
         (Some(stability), Some(difficulty)) => Some(MemoryState { stability, difficulty }),
@@ -17,7 +17,7 @@ pub fn review(memory: &CardMemory, passed: bool, now: DateTime<Utc>, desired_ret
         .last_review
         .map(|last| u32::try_from((now - last).num_days().max(0)).unwrap_or(u32::MAX))
         .unwrap_or(0);
-    let next = fsrs.next_states(current, desired_retention, days_elapsed).ok()?;
+    let next = fsrs.next_states(current, desired_retention as f32, days_elapsed).ok()?;
     let item = if passed { next.good } else { next.again };
     // Intervals are fractional days; keep them to the second.
     let seconds = (f64::from(item.interval) * 86_400.0).round().max(60.0) as i64;

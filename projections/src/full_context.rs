@@ -8,13 +8,13 @@ use aggregates::learning_journey::{ExamStep, LearningJourney, Mode, NextStep, Op
 use aggregates::plan::plan_counts;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::text::{self, Lang};
 
 /// The step of an open workflow a capability is bound to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum CapabilityStep {
     /// Recall: release the answers.

@@ -14,6 +14,7 @@ pub const EVENT_VERSION: &str = "1";
 
 /// Something that happened to a learning journey.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum JourneyEvent {
     /// The journey began on a pack version, in a communication locale.
     JourneyStarted {
@@ -129,6 +130,7 @@ pub enum JourneyEvent {
 
 /// What one assessed card did to its memory and its goal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RecallOutcome {
     /// The card.
     pub card_id: String,

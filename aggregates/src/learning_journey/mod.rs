@@ -136,6 +136,7 @@ pub enum GoalStatus {
 
 /// Progress of one leaf goal.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GoalProgress {
     /// Mastery in [0, 1].
     pub mastery: f64,
@@ -145,6 +146,7 @@ pub struct GoalProgress {
 
 /// FSRS memory of one recall card.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CardMemory {
     /// FSRS stability (days); `None` before the first review.
     pub stability: Option<f32>,
@@ -180,7 +182,7 @@ pub enum ExamStep {
 
 /// A workflow that spans several turns.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
+#[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Workflow {
     /// A verified-recall batch.
     VerifiedRecall {
@@ -211,6 +213,7 @@ impl Workflow {
 
 /// One recorded exam attempt.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ExamAttempt {
     /// Points per task.
     pub points: Vec<f64>,
@@ -226,6 +229,7 @@ pub struct ExamAttempt {
 
 /// The pack version and rules a journey runs on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct JourneyInfo {
     /// Curriculum id.
     pub curriculum_id: String,
@@ -238,6 +242,7 @@ pub struct JourneyInfo {
 /// The aggregate state. `version` is the sequence number of the last applied event: the
 /// `stateVersion` the coach sees.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LearningJourney {
     /// Sequence number of the last applied event.
     pub version: u64,

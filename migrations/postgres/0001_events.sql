@@ -1,0 +1,16 @@
+-- The event log, in the shape postgres-es uses (one schema for operators and analysts).
+-- Per-event metadata carries the hash chain and the idempotency record.
+CREATE TABLE events
+(
+    aggregate_type text                         NOT NULL,
+    aggregate_id   text                         NOT NULL,
+    sequence       bigint CHECK (sequence >= 0) NOT NULL,
+    event_type     text                         NOT NULL,
+    event_version  text                         NOT NULL,
+    payload        json                         NOT NULL,
+    metadata       json                         NOT NULL,
+    PRIMARY KEY (aggregate_type, aggregate_id, sequence)
+);
+
+-- Idempotency lookup: a commit's events all carry its requestId.
+CREATE INDEX events_request_id ON events (aggregate_type, aggregate_id, (metadata ->> 'requestId'));

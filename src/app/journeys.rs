@@ -1,0 +1,348 @@
+//! The command service (SPEC §5.3, §5.7): load the journey (snapshot + tail), look up the
+//! idempotency record, check `expectedStateVersion`, let the aggregate decide, append the
+//! events with their metadata and chain hashes in one transaction, then update the view and the
+//! snapshot. See `docs/adr/0001-idempotency-and-chain-in-event-metadata.md` for why the
+//! idempotency record and the chain ride in each event's metadata.
+
+use std::sync::Arc;
+
+use aggregates::curriculum::Pack;
+use aggregates::learning_journey::{JourneyCommand, JourneyEvent, JourneyServices, LearningJourney, EVENT_VERSION};
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use cqrs_es::persist::SerializedEvent;
+use cqrs_es::{Aggregate, DomainEvent};
+use projections::full_context::{full_context, persisted_view, ContextInput, FullContext, Sealer};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::tokens::NoTokens;
+use super::App;
+use crate::error::AppError;
+use crate::store::chain::{chain_hash, Link, GENESIS};
+use crate::store::{Snapshot, StoreError, StoredEvent, ViewTable};
+
+/// A snapshot is written when this many events were appended since the last one.
+pub const SNAPSHOT_EVERY: u64 = 100;
+
+/// Who caused a command (metadata; never an identity).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Actor {
+    /// A learner through a coach or the web GUI.
+    Learner,
+    /// An operator tool.
+    Operator,
+}
+
+impl Actor {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Learner => "learner",
+            Self::Operator => "operator",
+        }
+    }
+}
+
+/// The retry identity of a write: a request id and the blake3 hash of its canonical input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestIdentity {
+    /// `clientRequestId`, or an id derived from an option token or capability.
+    pub request_id: String,
+    /// blake3 over the validated, canonicalised input.
+    pub replay_hash: String,
+}
+
+/// One command to run.
+#[derive(Clone, Debug)]
+pub struct CommandRequest {
+    /// The journey.
+    pub journey_id: String,
+    /// The command.
+    pub command: JourneyCommand,
+    /// The version the caller saw; `None` where the version is derived (capabilities).
+    pub expected_version: Option<u64>,
+    /// Retry identity.
+    pub identity: Option<RequestIdentity>,
+    /// The tool or entry point (metadata).
+    pub tool: &'static str,
+    /// Who.
+    pub actor: Actor,
+}
+
+/// A journey as loaded.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// State.
+    pub state: LearningJourney,
+    /// Chain hash of the last event (GENESIS for an empty stream).
+    pub last_hash: String,
+    /// The version the newest snapshot reflected (0 without).
+    pub snapshot_version: u64,
+}
+
+/// What a command did.
+#[derive(Clone, Debug)]
+pub struct Executed {
+    /// The state after the command (for an exact retry: the state the original reached).
+    pub state: LearningJourney,
+    /// The events of the commit, with their sequence numbers (empty when nothing changed).
+    pub committed: Vec<(u64, JourneyEvent)>,
+    /// Whether this is the original result of an earlier identical request.
+    pub replayed: bool,
+    /// The pack the journey runs on.
+    pub pack: Arc<Pack>,
+}
+
+/// Parses a stored event, upcasting old schema versions first (R-6c).
+pub fn decode_event(stored: &StoredEvent) -> Result<JourneyEvent, AppError> {
+    let upcasted = upcast(stored.clone());
+    serde_json::from_value(upcasted.payload).map_err(|e| {
+        tracing::error!(sequence = stored.sequence, event_type = %stored.event_type, error = %e, "undecodable event");
+        AppError::Internal
+    })
+}
+
+/// Upcasters, oldest first. `GoalActivated` version 0 (pre-release) had no `at`; it is read as
+/// happening at the time its metadata records.
+pub fn upcast(mut event: SerializedEvent) -> SerializedEvent {
+    if event.event_type == "GoalActivated" && event.event_version == "0" {
+        let at = event.metadata.get("occurredAt").cloned().unwrap_or(Value::Null);
+        if let Some(inner) = event.payload.get_mut("GoalActivated").and_then(Value::as_object_mut) {
+            inner.entry("at").or_insert(at);
+        }
+        event.event_version = EVENT_VERSION.to_owned();
+    }
+    event
+}
+
+fn chain_of(stored: &StoredEvent) -> String {
+    stored.metadata.get("chainHash").and_then(Value::as_str).unwrap_or(GENESIS).to_owned()
+}
+
+impl App {
+    /// Loads a journey from its snapshot and the events after it.
+    pub async fn load_journey(&self, journey_id: &str) -> Result<Loaded, AppError> {
+        let snapshot = self.store.snapshot(journey_id).await?;
+        let (mut state, mut last_hash, from) = match snapshot {
+            Some(s) => match serde_json::from_value::<LearningJourney>(s.state) {
+                Ok(state) => (state, s.chain_hash, s.version),
+                Err(e) => {
+                    tracing::warn!(error = %e, "ignoring an unreadable snapshot");
+                    (LearningJourney::default(), GENESIS.to_owned(), 0)
+                }
+            },
+            None => (LearningJourney::default(), GENESIS.to_owned(), 0),
+        };
+        for stored in self.store.events_after(journey_id, from).await? {
+            state.apply(decode_event(&stored)?);
+            last_hash = chain_of(&stored);
+        }
+        Ok(Loaded { state, last_hash, snapshot_version: from })
+    }
+
+    /// Folds a journey's events up to a version, from the start (no snapshot).
+    pub async fn fold_upto(&self, journey_id: &str, version: u64) -> Result<LearningJourney, AppError> {
+        let mut state = LearningJourney::default();
+        for stored in self.store.events_upto(journey_id, version).await? {
+            state.apply(decode_event(&stored)?);
+        }
+        Ok(state)
+    }
+
+    /// The pack a journey runs on.
+    pub fn pack_of(&self, state: &LearningJourney) -> Result<Arc<Pack>, AppError> {
+        let info = state.info.as_ref().ok_or(AppError::NotFound { what: "journey" })?;
+        self.catalog.version(&info.curriculum_id, info.pack_version).ok_or_else(|| {
+            tracing::error!(curriculum = %info.curriculum_id, version = info.pack_version, "a journey's pack version is not installed");
+            AppError::Internal
+        })
+    }
+
+    /// Runs a command. `start_pack` is the pack a `StartJourney` starts on.
+    pub async fn execute(&self, request: CommandRequest, start_pack: Option<Arc<Pack>>) -> Result<Executed, AppError> {
+        let now = self.clock.now();
+        let loaded = self.load_journey(&request.journey_id).await?;
+
+        if let Some(identity) = &request.identity {
+            if let Some(original) = self.original_result(&request.journey_id, identity).await? {
+                return Ok(original);
+            }
+        }
+        if let Some(expected) = request.expected_version {
+            if expected != loaded.state.version {
+                return Err(AppError::StateConflict { current: loaded.state.version });
+            }
+        }
+        let pack = match (&request.command, start_pack) {
+            (JourneyCommand::StartJourney { .. }, Some(pack)) => pack,
+            _ => self.pack_of(&loaded.state)?,
+        };
+        let events = loaded.state.decide(request.command.clone(), &JourneyServices { pack: pack.clone(), now })?;
+        if events.is_empty() {
+            return Ok(Executed { state: loaded.state, committed: Vec::new(), replayed: false, pack });
+        }
+
+        let serialized = self.serialize(&request, &loaded, &events, now)?;
+        match self.store.append(&serialized).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict) => {
+                // Of two concurrent calls with the same key, one writes and the other gets the
+                // original result; anything else lost the race for this version.
+                if let Some(identity) = &request.identity {
+                    if let Some(original) = self.original_result(&request.journey_id, identity).await? {
+                        return Ok(original);
+                    }
+                }
+                let current = self.load_journey(&request.journey_id).await.map(|l| l.state.version).unwrap_or(0);
+                return Err(AppError::StateConflict { current });
+            }
+            Err(other) => return Err(other.into()),
+        }
+
+        let mut state = loaded.state;
+        let mut committed = Vec::with_capacity(events.len());
+        for (event, stored) in events.into_iter().zip(&serialized) {
+            state.apply(event.clone());
+            committed.push((stored.sequence as u64, event));
+        }
+        let last_hash = serialized.last().map(chain_of).unwrap_or_else(|| loaded.last_hash.clone());
+        self.after_commit(&request.journey_id, &state, &pack, &last_hash, loaded.snapshot_version).await;
+        Ok(Executed { state, committed, replayed: false, pack })
+    }
+
+    /// The original result of an earlier request with this id, if any; another input under the
+    /// same id is refused.
+    async fn original_result(&self, journey_id: &str, identity: &RequestIdentity) -> Result<Option<Executed>, AppError> {
+        let commit = self.store.find_commit(journey_id, &identity.request_id).await?;
+        let Some(last) = commit.last() else { return Ok(None) };
+        let stored_hash = last.metadata.get("replayHash").and_then(Value::as_str).unwrap_or_default();
+        if stored_hash != identity.replay_hash {
+            return Err(AppError::IdempotencyKeyReused);
+        }
+        let state = self.fold_upto(journey_id, last.sequence as u64).await?;
+        let pack = self.pack_of(&state)?;
+        let committed = commit.iter().map(|s| decode_event(s).map(|e| (s.sequence as u64, e))).collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(Executed { state, committed, replayed: true, pack }))
+    }
+
+    fn serialize(&self, request: &CommandRequest, loaded: &Loaded, events: &[JourneyEvent], now: DateTime<Utc>) -> Result<Vec<SerializedEvent>, AppError> {
+        let mut prev = loaded.last_hash.clone();
+        let mut out = Vec::with_capacity(events.len());
+        for (i, event) in events.iter().enumerate() {
+            let sequence = loaded.state.version + 1 + i as u64;
+            let payload = serde_json::to_value(event).map_err(|_| AppError::Internal)?;
+            let mut metadata = json!({
+                "eventId": Uuid::new_v4().to_string(),
+                "occurredAt": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                "command": request.command.name(),
+                "tool": request.tool,
+                "actor": request.actor.as_str(),
+                "prevHash": prev,
+            });
+            if let Some(identity) = &request.identity {
+                metadata["requestId"] = Value::String(identity.request_id.clone());
+                metadata["replayHash"] = Value::String(identity.replay_hash.clone());
+            }
+            let event_type = event.event_type();
+            let hash = chain_hash(&Link {
+                aggregate_type: LearningJourney::TYPE,
+                aggregate_id: &request.journey_id,
+                sequence,
+                event_type: &event_type,
+                event_version: EVENT_VERSION,
+                payload: &payload,
+                metadata: &metadata,
+            });
+            metadata["chainHash"] = Value::String(hash.clone());
+            prev = hash;
+            out.push(SerializedEvent {
+                aggregate_id: request.journey_id.clone(),
+                sequence: sequence as usize,
+                aggregate_type: LearningJourney::TYPE.to_owned(),
+                event_type,
+                event_version: EVENT_VERSION.to_owned(),
+                payload,
+                metadata,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The view and the snapshot follow the commit. A failure here loses nothing: the events
+    /// are durable, the view records its version and is caught up at the next start.
+    async fn after_commit(&self, journey_id: &str, state: &LearningJourney, pack: &Pack, last_hash: &str, snapshot_version: u64) {
+        let view = view_of(state, pack);
+        if let Err(e) = self.store.save_view(ViewTable::Context, journey_id, state.version, &view).await {
+            tracing::warn!(error = %e, "view update deferred to catch-up");
+        }
+        if state.version - snapshot_version >= SNAPSHOT_EVERY {
+            match serde_json::to_value(state) {
+                Ok(value) => {
+                    let snapshot = Snapshot { version: state.version, chain_hash: last_hash.to_owned(), state: value };
+                    if let Err(e) = self.store.save_snapshot(journey_id, &snapshot).await {
+                        tracing::warn!(error = %e, "snapshot deferred");
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "cannot serialize a snapshot"),
+            }
+        }
+    }
+
+    /// Brings every view row up to its stream's head (after a crash between commit and view).
+    pub async fn catch_up_views(&self) -> Result<usize, AppError> {
+        let views: std::collections::BTreeMap<String, u64> =
+            self.store.views(ViewTable::Context).await?.into_iter().map(|(id, v, _)| (id, v)).collect();
+        let mut repaired = 0;
+        for (journey_id, head) in self.store.stream_heads().await? {
+            if views.get(&journey_id).copied().unwrap_or(0) < head {
+                let loaded = self.load_journey(&journey_id).await?;
+                let pack = self.pack_of(&loaded.state)?;
+                self.store.save_view(ViewTable::Context, &journey_id, loaded.state.version, &view_of(&loaded.state, &pack)).await?;
+                repaired += 1;
+            }
+        }
+        if repaired > 0 {
+            tracing::info!(repaired, "views caught up");
+        }
+        Ok(repaired)
+    }
+
+    /// The full context of a journey now, with tokens sealed by `sealer`.
+    pub fn context_of(&self, state: &LearningJourney, pack: &Pack, tz: Tz, sealer: &dyn Sealer) -> FullContext {
+        full_context(&ContextInput { state, pack, now: self.clock.now(), tz }, sealer)
+    }
+}
+
+/// The persisted (time-independent, token-free) full context of a state.
+pub fn view_of(state: &LearningJourney, pack: &Pack) -> Value {
+    // Time and zone do not reach the persisted part; any fixed values do.
+    persisted_view(&full_context(&ContextInput { state, pack, now: DateTime::<Utc>::UNIX_EPOCH, tz: chrono_tz::UTC }, &NoTokens))
+}
+
+/// The receipt of a commit (SPEC §5.2a): what was stored, counted from the events.
+pub fn receipt(executed: &Executed) -> Option<Value> {
+    let pack = &executed.pack;
+    let state = &executed.state;
+    let loc = state.locale.as_str();
+    let version = state.version;
+    let first = &executed.committed.first()?.1;
+    let title = |goal: &str| pack.goal(goal).map(|g| pack.text(&g.title, loc).to_owned()).unwrap_or_default();
+    Some(match first {
+        JourneyEvent::GoalCompleted { goal_id, mastery, .. } => json!({"stored": "goalCompleted", "goal": title(goal_id), "mastery": mastery, "stateVersion": version}),
+        JourneyEvent::RecallBatchStarted { cards, .. } => json!({"stored": "recallStarted", "questions": cards.len(), "stateVersion": version}),
+        JourneyEvent::RecallAnswersReleased { .. } => json!({"stored": "recallAnswersReleased", "stateVersion": version}),
+        JourneyEvent::RecallResultsRecorded { results, .. } => {
+            json!({"stored": "recallResults", "recorded": results.len(), "passed": results.iter().filter(|r| r.passed).count(), "stateVersion": version})
+        }
+        JourneyEvent::ExamStarted { .. } => json!({"stored": "examStarted", "stateVersion": version}),
+        JourneyEvent::ExamSolutionsReleased { .. } => json!({"stored": "examSolutionsReleased", "stateVersion": version}),
+        JourneyEvent::ExamScored { total_points, max_points, passed, .. } => {
+            json!({"stored": "examScores", "totalPoints": total_points, "maxPoints": max_points, "passed": passed, "stateVersion": version})
+        }
+        JourneyEvent::JourneyStarted { .. } => json!({"stored": "journeyStarted", "stateVersion": version}),
+        JourneyEvent::GoalActivated { goal_id, .. } => json!({"stored": "optionChosen", "label": title(goal_id), "stateVersion": version}),
+        JourneyEvent::LocaleChanged { .. } | JourneyEvent::AutopilotChanged { .. } | JourneyEvent::NextStepDecided { .. } => {
+            json!({"stored": "optionChosen", "stateVersion": version})
+        }
+    })
+}

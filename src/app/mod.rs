@@ -1,0 +1,60 @@
+//! Application services: the one layer every transport (HTTP, MCP, CLI, web GUI) calls. It
+//! owns the store, the catalog, the clock and the token keys; transports only translate.
+
+pub mod identity;
+pub mod journeys;
+pub mod operator;
+pub mod sessions;
+pub mod tokens;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::catalog::Catalog;
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::store::{DbUrl, Store};
+use tokens::Keys;
+
+/// The application: shared by every request.
+pub struct App {
+    /// The store.
+    pub store: Store,
+    /// Installed curricula.
+    pub catalog: Catalog,
+    /// The injected clock.
+    pub clock: Arc<dyn Clock>,
+    /// Settings.
+    pub settings: Settings,
+    /// Token keys.
+    pub keys: Keys,
+}
+
+impl App {
+    /// Connects, migrates and loads the content. Errors name what failed.
+    pub async fn build(settings: Settings, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<Self>> {
+        let store = Store::connect(&settings.db, &settings.pool)
+            .await
+            .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
+        store.migrate().await.context("cannot apply the migrations")?;
+        let catalog = Catalog::load(&settings.content_dir)?;
+        let keys = match (&settings.capability_keys, &settings.db) {
+            (Some(spec), _) => Keys::parse(spec).context("SKILLPILOT_CAPABILITY_KEYS")?,
+            (None, DbUrl::Sqlite(path)) => Keys::dev_key_beside(std::path::Path::new(path))?,
+            (None, DbUrl::Postgres(_)) => anyhow::bail!(
+                "SKILLPILOT_CAPABILITY_KEYS is required with PostgreSQL (several instances must share the keys); generate one with `skillpilot keygen`"
+            ),
+        };
+        let app = Arc::new(Self { store, catalog, clock, settings, keys });
+        app.catch_up_views().await.context("cannot bring the views up to date")?;
+        Ok(app)
+    }
+}
+
+fn kind_of(db: &DbUrl) -> &'static str {
+    match db {
+        DbUrl::Sqlite(_) => "SQLite",
+        DbUrl::Postgres(_) => "PostgreSQL",
+    }
+}

@@ -1,0 +1,198 @@
+//! Operator actions: list events as JSON lines, verify every hash chain, and replay the
+//! log into the shadow view table to prove it equals the live one. Never MCP tools.
+
+use std::collections::BTreeMap;
+
+use aggregates::learning_journey::LearningJourney;
+use chrono::{DateTime, Utc};
+use cqrs_es::Aggregate;
+use serde_json::{json, Value};
+
+use super::journeys::{decode_event, view_of};
+use super::App;
+use crate::error::AppError;
+use crate::store::chain::{chain_hash, Link, GENESIS};
+use crate::store::{StoredEvent, ViewTable};
+
+const PAGE: i64 = 1000;
+
+/// Filters for `skillpilot events`.
+#[derive(Clone, Debug, Default)]
+pub struct EventFilter {
+    /// Only this journey.
+    pub journey_id: Option<String>,
+    /// Only these event types.
+    pub event_type: Option<String>,
+    /// Only events at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Only events before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// The first broken link of a chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokenLink {
+    /// The journey.
+    pub journey_id: String,
+    /// The sequence number of the first event that does not verify.
+    pub sequence: u64,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// The result of `audit verify`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditReport {
+    /// Streams checked.
+    pub streams: usize,
+    /// Events checked.
+    pub events: usize,
+    /// The first broken link, if any.
+    pub broken: Option<BrokenLink>,
+}
+
+/// The result of `replay`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayReport {
+    /// Journeys rebuilt.
+    pub journeys: usize,
+    /// Events folded.
+    pub events: usize,
+    /// Journeys whose live view differs from the rebuilt one (missing, stale or different).
+    pub differing: Vec<String>,
+}
+
+fn event_json(e: &StoredEvent) -> Value {
+    json!({
+        "aggregateType": e.aggregate_type,
+        "aggregateId": e.aggregate_id,
+        "sequence": e.sequence,
+        "eventType": e.event_type,
+        "eventVersion": e.event_version,
+        "payload": e.payload,
+        "metadata": e.metadata,
+    })
+}
+
+fn occurred_at(e: &StoredEvent) -> Option<DateTime<Utc>> {
+    e.metadata.get("occurredAt").and_then(Value::as_str).and_then(|s| DateTime::parse_from_rfc3339(s).ok()).map(|t| t.with_timezone(&Utc))
+}
+
+impl App {
+    /// Calls `visit` with every event in (journey, sequence) order, page by page.
+    async fn each_event(&self, journey: Option<&str>, mut visit: impl FnMut(&StoredEvent) -> Result<(), AppError>) -> Result<(), AppError> {
+        if let Some(id) = journey {
+            for e in self.store.events_after(id, 0).await? {
+                visit(&e)?;
+            }
+            return Ok(());
+        }
+        let mut after: Option<(String, u64)> = None;
+        loop {
+            let page = self.store.scan_events(after.as_ref().map(|(id, s)| (id.as_str(), *s)), PAGE).await?;
+            for e in &page {
+                visit(e)?;
+            }
+            match page.last() {
+                Some(last) if page.len() as i64 == PAGE => after = Some((last.aggregate_id.clone(), last.sequence as u64)),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Streams matching events as JSON values.
+    pub async fn list_events(&self, filter: &EventFilter, mut out: impl FnMut(Value)) -> Result<usize, AppError> {
+        let mut count = 0;
+        self.each_event(filter.journey_id.as_deref(), |e| {
+            if filter.event_type.as_deref().is_some_and(|t| t != e.event_type) {
+                return Ok(());
+            }
+            let at = occurred_at(e);
+            if filter.since.is_some_and(|s| at.is_none_or(|a| a < s)) || filter.until.is_some_and(|u| at.is_none_or(|a| a >= u)) {
+                return Ok(());
+            }
+            count += 1;
+            out(event_json(e));
+            Ok(())
+        })
+        .await?;
+        Ok(count)
+    }
+
+    /// Recomputes every chain: sequence gapless from 1, each `prevHash` the previous event's
+    /// `chainHash`, each `chainHash` the hash of the event as stored.
+    pub async fn audit_verify(&self) -> Result<AuditReport, AppError> {
+        let mut report = AuditReport { streams: 0, events: 0, broken: None };
+        let mut current: Option<(String, u64, String)> = None;
+        self.each_event(None, |e| {
+            if report.broken.is_some() {
+                return Ok(());
+            }
+            let (expected_seq, prev) = match &current {
+                Some((id, seq, hash)) if *id == e.aggregate_id => (seq + 1, hash.clone()),
+                _ => {
+                    report.streams += 1;
+                    (1, GENESIS.to_owned())
+                }
+            };
+            report.events += 1;
+            let sequence = e.sequence as u64;
+            let broken = |problem: String| Some(BrokenLink { journey_id: e.aggregate_id.clone(), sequence, problem });
+            let stored_prev = e.metadata.get("prevHash").and_then(Value::as_str).unwrap_or_default();
+            let stored_hash = e.metadata.get("chainHash").and_then(Value::as_str).unwrap_or_default();
+            let computed = chain_hash(&Link {
+                aggregate_type: &e.aggregate_type,
+                aggregate_id: &e.aggregate_id,
+                sequence,
+                event_type: &e.event_type,
+                event_version: &e.event_version,
+                payload: &e.payload,
+                metadata: &e.metadata,
+            });
+            if sequence != expected_seq {
+                report.broken = broken(format!("sequence gap: expected {expected_seq}"));
+            } else if stored_prev != prev {
+                report.broken = broken("prevHash does not match the previous event's chainHash".into());
+            } else if stored_hash != computed {
+                report.broken = broken("the event was altered: its content no longer matches its chainHash".into());
+            }
+            current = Some((e.aggregate_id.clone(), sequence, stored_hash.to_owned()));
+            Ok(())
+        })
+        .await?;
+        Ok(report)
+    }
+
+    /// Rebuilds the full-context view of every journey from the log into the shadow table
+    /// and compares it with the live table.
+    pub async fn replay(&self) -> Result<ReplayReport, AppError> {
+        self.store.clear_view(ViewTable::ContextShadow).await?;
+        let mut states: BTreeMap<String, LearningJourney> = BTreeMap::new();
+        let mut events = 0;
+        let mut failure = None;
+        self.each_event(None, |e| {
+            match decode_event(e) {
+                Ok(event) => states.entry(e.aggregate_id.clone()).or_default().apply(event),
+                Err(err) => failure = Some(err),
+            }
+            events += 1;
+            Ok(())
+        })
+        .await?;
+        if let Some(err) = failure {
+            return Err(err);
+        }
+        let live: BTreeMap<String, (u64, Value)> = self.store.views(ViewTable::Context).await?.into_iter().map(|(id, v, p)| (id, (v, p))).collect();
+        let mut differing = Vec::new();
+        for (journey_id, state) in &states {
+            let pack = self.pack_of(state)?;
+            let view = view_of(state, &pack);
+            self.store.save_view(ViewTable::ContextShadow, journey_id, state.version, &view).await?;
+            if live.get(journey_id) != Some(&(state.version, view)) {
+                differing.push(journey_id.clone());
+            }
+        }
+        differing.extend(live.keys().filter(|id| !states.contains_key(*id)).cloned());
+        Ok(ReplayReport { journeys: states.len(), events, differing })
+    }
+}

@@ -1,0 +1,259 @@
+//! Option tokens and workflow capabilities (SPEC §5.5): PASETO v4.local (authenticated
+//! encryption, pasetors), bound to session, journey, kind and state version, with an expiry and
+//! a key id in the footer for rotation. The implicit assertion binds each token to its purpose,
+//! so an option token never opens as a capability.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use aggregates::learning_journey::OptionChoice;
+use anyhow::Context;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use chrono::{DateTime, Duration, Utc};
+use pasetors::keys::SymmetricKey;
+use pasetors::token::UntrustedToken;
+use pasetors::version4::{LocalToken, V4};
+use pasetors::Local;
+use projections::full_context::{CapabilityStep, Sealer};
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+const OPTION_PURPOSE: &[u8] = b"skillpilot:option:v1";
+const CAPABILITY_PURPOSE: &[u8] = b"skillpilot:capability:v1";
+
+/// The keys tokens are sealed with; the first is current, the rest still open old tokens.
+pub struct Keys {
+    current: String,
+    keys: BTreeMap<String, SymmetricKey<V4>>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys").field("current", &self.current).finish_non_exhaustive()
+    }
+}
+
+impl Keys {
+    /// Reads `kid:base64url[,kid:base64url…]`.
+    pub fn parse(spec: &str) -> anyhow::Result<Self> {
+        let mut keys = BTreeMap::new();
+        let mut current = None;
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (kid, b64) = part.split_once(':').context("a capability key must look like kid:base64url")?;
+            let bytes = URL_SAFE_NO_PAD.decode(b64.trim_end_matches('=')).context("a capability key is not base64url")?;
+            anyhow::ensure!(bytes.len() == 32, "capability key `{kid}` must be 32 bytes");
+            let key = SymmetricKey::<V4>::from(&bytes).map_err(|e| anyhow::anyhow!("capability key `{kid}`: {e:?}"))?;
+            current.get_or_insert_with(|| kid.to_owned());
+            keys.insert(kid.to_owned(), key);
+        }
+        let current = current.context("no capability key given")?;
+        Ok(Self { current, keys })
+    }
+
+    /// A fresh random key spec (for `skillpilot` development set-ups).
+    pub fn generate_spec() -> anyhow::Result<String> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        Ok(format!("dev1:{}", URL_SAFE_NO_PAD.encode(bytes)))
+    }
+
+    /// The development key stored next to a SQLite database file, created on first use.
+    pub fn dev_key_beside(db_file: &Path) -> anyhow::Result<Self> {
+        let path = db_file.with_extension("capability-key");
+        let spec = match std::fs::read_to_string(&path) {
+            Ok(s) => s,
+            Err(_) => {
+                let spec = Self::generate_spec()?;
+                std::fs::write(&path, &spec).with_context(|| format!("cannot write the development key {}", path.display()))?;
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).ok();
+                }
+                spec
+            }
+        };
+        Self::parse(spec.trim())
+    }
+
+    fn seal(&self, claims: &impl Serialize, purpose: &[u8]) -> String {
+        let Some(key) = self.keys.get(&self.current) else { return String::new() };
+        let footer = format!("{{\"kid\":\"{}\"}}", self.current);
+        let message = serde_json::to_vec(claims).unwrap_or_default();
+        LocalToken::encrypt(key, &message, Some(footer.as_bytes()), Some(purpose)).unwrap_or_else(|e| {
+            tracing::error!(error = ?e, "sealing a token failed");
+            String::new()
+        })
+    }
+
+    fn open<T: for<'de> Deserialize<'de>>(&self, token: &str, purpose: &[u8]) -> Option<T> {
+        let untrusted = UntrustedToken::<Local, V4>::try_from(token).ok()?;
+        #[derive(Deserialize)]
+        struct Footer {
+            kid: String,
+        }
+        let footer: Footer = serde_json::from_slice(untrusted.untrusted_footer()).ok()?;
+        let key = self.keys.get(&footer.kid)?;
+        let trusted = LocalToken::decrypt(key, &untrusted, None, Some(purpose)).ok()?;
+        serde_json::from_str(trusted.payload()).ok()
+    }
+}
+
+/// What an option token says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OptionClaims {
+    /// Session it was published to.
+    pub sid: String,
+    /// Journey.
+    pub jid: String,
+    /// State version it was published at.
+    pub ver: u64,
+    /// The choice.
+    pub choice: OptionChoice,
+    /// Expiry, epoch seconds.
+    pub exp: i64,
+}
+
+/// What a capability says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapabilityClaims {
+    /// Session.
+    pub sid: String,
+    /// Journey.
+    pub jid: String,
+    /// Workflow instance.
+    pub inst: u64,
+    /// Step.
+    pub step: CapabilityStep,
+    /// State version it was issued at.
+    pub ver: u64,
+    /// Expiry, epoch seconds.
+    pub exp: i64,
+}
+
+/// Seals the tokens of one full context for one session.
+pub struct SessionSealer<'a> {
+    /// Keys.
+    pub keys: &'a Keys,
+    /// Session id.
+    pub session_id: &'a str,
+    /// Journey id.
+    pub journey_id: &'a str,
+    /// Now.
+    pub now: DateTime<Utc>,
+    /// Lifetime.
+    pub ttl: Duration,
+}
+
+impl Sealer for SessionSealer<'_> {
+    fn seal_option(&self, state_version: u64, choice: &OptionChoice) -> String {
+        self.keys.seal(
+            &OptionClaims {
+                sid: self.session_id.to_owned(),
+                jid: self.journey_id.to_owned(),
+                ver: state_version,
+                choice: choice.clone(),
+                exp: (self.now + self.ttl).timestamp(),
+            },
+            OPTION_PURPOSE,
+        )
+    }
+
+    fn seal_capability(&self, instance: u64, step: CapabilityStep, state_version: u64) -> String {
+        self.keys.seal(
+            &CapabilityClaims {
+                sid: self.session_id.to_owned(),
+                jid: self.journey_id.to_owned(),
+                inst: instance,
+                step,
+                ver: state_version,
+                exp: (self.now + self.ttl).timestamp(),
+            },
+            CAPABILITY_PURPOSE,
+        )
+    }
+}
+
+/// A sealer for views, where tokens are left out anyway.
+pub struct NoTokens;
+
+impl Sealer for NoTokens {
+    fn seal_option(&self, _: u64, _: &OptionChoice) -> String {
+        String::new()
+    }
+    fn seal_capability(&self, _: u64, _: CapabilityStep, _: u64) -> String {
+        String::new()
+    }
+}
+
+impl Keys {
+    /// Opens an option token for a session: invalid when it does not decode or belongs to
+    /// another session or journey, expired past its expiry.
+    pub fn open_option(&self, token: &str, session_id: &str, journey_id: &str, now: DateTime<Utc>) -> Result<OptionClaims, AppError> {
+        let claims: OptionClaims = self.open(token, OPTION_PURPOSE).ok_or(AppError::OptionInvalid)?;
+        if claims.sid != session_id || claims.jid != journey_id || claims.exp < now.timestamp() {
+            return Err(AppError::OptionInvalid);
+        }
+        Ok(claims)
+    }
+
+    /// Opens a capability for a session.
+    pub fn open_capability(&self, token: &str, session_id: &str, journey_id: &str, now: DateTime<Utc>) -> Result<CapabilityClaims, AppError> {
+        let claims: CapabilityClaims = self.open(token, CAPABILITY_PURPOSE).ok_or(AppError::CapabilityInvalid)?;
+        if claims.sid != session_id || claims.jid != journey_id {
+            return Err(AppError::CapabilityInvalid);
+        }
+        if claims.exp < now.timestamp() {
+            return Err(AppError::CapabilityExpired);
+        }
+        Ok(claims)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sealer<'a>(keys: &'a Keys, now: DateTime<Utc>) -> SessionSealer<'a> {
+        SessionSealer { keys, session_id: "s1", journey_id: "j1", now, ttl: Duration::hours(24) }
+    }
+
+    #[test]
+    fn an_option_token_opens_only_for_its_session_and_before_expiry() {
+        let keys = Keys::parse(&Keys::generate_spec().unwrap()).unwrap();
+        let now = Utc::now();
+        let token = sealer(&keys, now).seal_option(7, &OptionChoice::Continue);
+        assert!(token.starts_with("v4.local."));
+        let claims = keys.open_option(&token, "s1", "j1", now).unwrap();
+        assert_eq!((claims.ver, claims.choice), (7, OptionChoice::Continue));
+        assert!(keys.open_option(&token, "s2", "j1", now).is_err());
+        assert!(keys.open_option(&token, "s1", "j1", now + Duration::hours(25)).is_err());
+        // Same claims, fresh nonce: different bytes.
+        assert_ne!(token, sealer(&keys, now).seal_option(7, &OptionChoice::Continue));
+    }
+
+    #[test]
+    fn a_tampered_or_cross_purpose_token_is_refused() {
+        let keys = Keys::parse(&Keys::generate_spec().unwrap()).unwrap();
+        let now = Utc::now();
+        let token = sealer(&keys, now).seal_option(1, &OptionChoice::Continue);
+        let mut bytes = token.clone().into_bytes();
+        let i = 20;
+        bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+        assert!(keys.open_option(&String::from_utf8(bytes).unwrap(), "s1", "j1", now).is_err());
+        assert!(matches!(keys.open_capability(&token, "s1", "j1", now), Err(AppError::CapabilityInvalid)));
+    }
+
+    #[test]
+    fn an_old_key_still_opens_after_rotation() {
+        let old = Keys::generate_spec().unwrap().replace("dev1", "k1");
+        let new = Keys::generate_spec().unwrap().replace("dev1", "k2");
+        let before = Keys::parse(&old).unwrap();
+        let after = Keys::parse(&format!("{new},{old}")).unwrap();
+        let now = Utc::now();
+        let token = sealer(&before, now).seal_capability(3, CapabilityStep::RecallAnswers, 3);
+        assert_eq!(after.open_capability(&token, "s1", "j1", now).unwrap().inst, 3);
+    }
+}

@@ -1,0 +1,200 @@
+//! The command line (clap): `serve`, `migrate`, `learner create`, `token create`, `keygen`,
+//! `events`, `audit verify`, `replay`. Every command takes `--db` (or `DATABASE_URL`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::app::identity::Role;
+use crate::app::operator::EventFilter;
+use crate::app::tokens::Keys;
+use crate::app::App;
+use crate::clock::SystemClock;
+use crate::config::Settings;
+use crate::startup::{shutdown_signal, Application};
+use crate::store::{DbUrl, Store};
+
+/// SkillPilot: the event-sourced backend of AI learning coaches.
+#[derive(Debug, Parser)]
+#[command(name = "skillpilot", version, about)]
+pub struct Cli {
+    /// Database: a SQLite file (default ./skillpilot.db) or a postgres:// URL.
+    #[arg(long, global = true, env = "DATABASE_URL", default_value = "sqlite://skillpilot.db")]
+    db: String,
+    /// The content directory with the curricula.
+    #[arg(long = "content", global = true, env = "SKILLPILOT_CONTENT", default_value = "content")]
+    content: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP service.
+    Serve {
+        /// Listen address.
+        #[arg(long, env = "SKILLPILOT_ADDR", default_value = "127.0.0.1:8080")]
+        addr: String,
+        /// The externally visible base URL (start URLs, OAuth metadata).
+        #[arg(long, env = "SKILLPILOT_PUBLIC_URL")]
+        public_url: Option<String>,
+        /// Locale of new journeys when the learner names none.
+        #[arg(long, env = "SKILLPILOT_DEFAULT_LOCALE", default_value = "de")]
+        default_locale: String,
+    },
+    /// Apply the migrations and exit.
+    Migrate,
+    /// Manage learners.
+    Learner {
+        #[command(subcommand)]
+        command: LearnerCommand,
+    },
+    /// Manage operator and analyst tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Print a new capability key spec for SKILLPILOT_CAPABILITY_KEYS.
+    Keygen,
+    /// Print events as JSON lines.
+    Events {
+        /// Only this journey.
+        journey: Option<String>,
+        /// Only this event type.
+        #[arg(long = "type")]
+        event_type: Option<String>,
+        /// Only events at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<DateTime<Utc>>,
+        /// Only events before this time (RFC 3339).
+        #[arg(long)]
+        until: Option<DateTime<Utc>>,
+    },
+    /// Audit the event log.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// Rebuild the projections from the log into shadow tables and compare with the live ones.
+    Replay,
+}
+
+#[derive(Debug, Subcommand)]
+enum LearnerCommand {
+    /// Create a learner; the last line printed is its bearer token.
+    Create {
+        /// Display name.
+        #[arg(long)]
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Create a token; the last line printed is the token.
+    Create {
+        /// Role.
+        #[arg(long, value_enum)]
+        role: StaffRole,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StaffRole {
+    Operator,
+    Analyst,
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Recompute every hash chain; exit non-zero naming the first broken link.
+    Verify,
+}
+
+/// Runs the parsed command; the exit code is returned rather than `exit`ed, so tests can call it.
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let mut settings = Settings::for_db(DbUrl::parse(&cli.db));
+    settings.content_dir = cli.content.clone();
+    settings.capability_keys = std::env::var("SKILLPILOT_CAPABILITY_KEYS").ok().filter(|s| !s.trim().is_empty());
+    match cli.command {
+        Command::Keygen => {
+            println!("{}", Keys::generate_spec()?);
+            Ok(0)
+        }
+        Command::Migrate => {
+            let store = Store::connect(&settings.db, &settings.pool).await.context("cannot open the store")?;
+            store.migrate().await.context("cannot apply the migrations")?;
+            println!("migrations applied ({})", store.kind());
+            Ok(0)
+        }
+        Command::Serve { addr, public_url, default_locale } => {
+            settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
+            settings.addr = addr;
+            settings.default_locale = default_locale;
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let service = Application::build(app.clone()).await?;
+            tracing::info!(addr = %app.settings.addr, port = service.port(), store = app.store.kind(), "serving");
+            service.run_until(shutdown_signal()).await?;
+            Ok(0)
+        }
+        Command::Learner { command: LearnerCommand::Create { name } } => {
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let token = app.create_learner(&name).await.map_err(|e| anyhow::anyhow!("cannot create the learner: {}", e.code()))?;
+            println!("learner created; bearer token (shown once):");
+            println!("{token}");
+            Ok(0)
+        }
+        Command::Token { command: TokenCommand::Create { role } } => {
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let role = match role {
+                StaffRole::Operator => Role::Operator,
+                StaffRole::Analyst => Role::Analyst,
+            };
+            let token = app.create_staff_token(role).await.map_err(|e| anyhow::anyhow!("cannot create the token: {}", e.code()))?;
+            println!("{} token (shown once):", role.as_str());
+            println!("{token}");
+            Ok(0)
+        }
+        Command::Events { journey, event_type, since, until } => {
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let filter = EventFilter { journey_id: journey, event_type, since, until };
+            let stdout = std::io::stdout();
+            let mut lock = stdout.lock();
+            let mut failed = false;
+            app.list_events(&filter, |v| failed |= writeln!(lock, "{v}").is_err()).await.map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
+            Ok(i32::from(failed))
+        }
+        Command::Audit { command: AuditCommand::Verify } => {
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let report = app.audit_verify().await.map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
+            match report.broken {
+                None => {
+                    println!("audit verify: ok — {} streams, {} events, every chain intact", report.streams, report.events);
+                    Ok(0)
+                }
+                Some(b) => {
+                    println!("audit verify: BROKEN — journey {} sequence {}: {}", b.journey_id, b.sequence, b.problem);
+                    Ok(2)
+                }
+            }
+        }
+        Command::Replay => {
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let started = std::time::Instant::now();
+            let report = app.replay().await.map_err(|e| anyhow::anyhow!("replay failed: {}", e.code()))?;
+            let secs = started.elapsed().as_secs_f64();
+            let rate = if secs > 0.0 { report.events as f64 / secs } else { 0.0 };
+            if report.differing.is_empty() {
+                println!("replay: ok — {} journeys, {} events folded ({rate:.0} events/s), shadow views equal the live ones", report.journeys, report.events);
+                Ok(0)
+            } else {
+                println!("replay: DIFFERENT — {} of {} journeys differ: {}", report.differing.len(), report.journeys, report.differing.join(", "));
+                Ok(3)
+            }
+        }
+    }
+}

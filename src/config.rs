@@ -1,0 +1,56 @@
+//! Typed settings: defaults (the embedded SQLite file, loopback, the shipped curriculum),
+//! overridden by environment variables and flags (clap reads both).
+
+use std::path::PathBuf;
+
+use chrono::Duration;
+
+use crate::store::{DbUrl, PoolSettings};
+
+/// Everything the service needs to start.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The store.
+    pub db: DbUrl,
+    /// Listen address, `HOST:PORT` (port 0 picks a free one).
+    pub addr: String,
+    /// The content directory with the curricula.
+    pub content_dir: PathBuf,
+    /// The externally visible base URL (start URLs, OAuth metadata).
+    pub public_url: String,
+    /// Locale of a new journey when the learner names none.
+    pub default_locale: String,
+    /// Idle expiry of a learning session.
+    pub session_idle: Duration,
+    /// Absolute expiry of a learning session.
+    pub session_absolute: Duration,
+    /// Lifetime of option tokens and capabilities.
+    pub capability_ttl: Duration,
+    /// Capability keys, `kid:base64url-32-bytes[,kid:…]`, the first one current.
+    pub capability_keys: Option<String>,
+    /// Pool sizes.
+    pub pool: PoolSettings,
+}
+
+impl Settings {
+    /// Defaults for a database.
+    pub fn for_db(db: DbUrl) -> Self {
+        Self {
+            db,
+            addr: "127.0.0.1:8080".into(),
+            content_dir: PathBuf::from("content"),
+            public_url: "http://127.0.0.1:8080".into(),
+            default_locale: "de".into(),
+            session_idle: Duration::hours(12),
+            session_absolute: Duration::days(7),
+            capability_ttl: Duration::hours(24),
+            capability_keys: None,
+            pool: PoolSettings::default(),
+        }
+    }
+
+    /// The web-GUI start URL every session error points to.
+    pub fn start_url(&self) -> String {
+        format!("{}/start", self.public_url.trim_end_matches('/'))
+    }
+}

@@ -1,0 +1,12 @@
+//! SkillPilot's service: adapters and wiring around the pure `aggregates` and `projections`
+//! crates — configuration, the stores, the application services, HTTP and the CLI.
+
+pub mod app;
+pub mod catalog;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod startup;
+pub mod store;
