@@ -1,1 +1,6 @@
-fn main(){}
+//! The one integration test binary. Every scenario runs on SQLite and on PostgreSQL, each on a
+//! fresh database; `scripts/test` makes sure a PostgreSQL is reachable.
+
+mod helpers;
+mod http;
+mod store;

@@ -1,0 +1,200 @@
+//! Test harness: a fresh database per test (a SQLite file, or a throwaway PostgreSQL
+//! database), the application on it, the HTTP service on port 0, and a manual clock. Each
+//! scenario is written once and run on both stores by `both_stores!`.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use skillpilot::app::identity::Principal;
+use skillpilot::app::sessions::{SessionStarted, StartSession};
+use skillpilot::app::tokens::Keys;
+use skillpilot::app::App;
+use skillpilot::clock::ManualClock;
+use skillpilot::config::Settings;
+use skillpilot::startup::Application;
+use skillpilot::store::DbUrl;
+use sqlx::Connection;
+
+/// Which store a scenario runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A running application on a fresh database.
+pub struct TestApp {
+    pub backend: Backend,
+    pub app: Arc<App>,
+    pub clock: Arc<ManualClock>,
+    pub db_url: String,
+    pub base_url: String,
+    pub keys_spec: String,
+    pub http: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+pub fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-03-02T09:00:00Z").map(|t| t.with_timezone(&Utc)).unwrap()
+}
+
+pub fn content_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("content")
+}
+
+fn admin_postgres_url() -> String {
+    std::env::var("SKILLPILOT_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// The same server URL with another database name.
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let prefix = base.rsplit_once('/').map(|(p, _)| p).unwrap_or(base);
+    format!("{prefix}/{db}{query}")
+}
+
+async fn fresh_database(backend: Backend) -> (String, String) {
+    let name = format!("sp_test_{}", uuid::Uuid::new_v4().simple());
+    match backend {
+        Backend::Sqlite => {
+            let path = std::env::temp_dir().join(format!("{name}.db"));
+            (path.display().to_string(), name)
+        }
+        Backend::Postgres => {
+            let admin = admin_postgres_url();
+            let mut conn = sqlx::PgConnection::connect(&admin)
+                .await
+                .unwrap_or_else(|e| panic!("PostgreSQL is required for the store suite (run scripts/test, which finds or starts it): {e}"));
+            sqlx::query(&format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).await.unwrap();
+            (with_database(&admin, &name), name)
+        }
+    }
+}
+
+pub async fn spawn(backend: Backend) -> TestApp {
+    let (db_url, _) = fresh_database(backend).await;
+    let clock = Arc::new(ManualClock::at(t0()));
+    let keys_spec = Keys::generate_spec().unwrap();
+    let mut settings = Settings::for_db(DbUrl::parse(&db_url));
+    settings.addr = "127.0.0.1:0".into();
+    settings.content_dir = content_dir();
+    settings.capability_keys = Some(keys_spec.clone());
+    let app = App::build(settings, clock.clone()).await.unwrap();
+    let service = Application::build(app.clone()).await.unwrap();
+    let base_url = format!("http://127.0.0.1:{}", service.port());
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(service.run_until(async move {
+        rx.await.ok();
+    }));
+    TestApp { backend, app, clock, db_url, base_url, keys_spec, http: reqwest::Client::new(), shutdown: Some(tx) }
+}
+
+impl TestApp {
+    async fn teardown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            tx.send(()).ok();
+        }
+        self.app.store.close().await;
+        match self.backend {
+            Backend::Sqlite => {
+                for suffix in ["", "-wal", "-shm"] {
+                    std::fs::remove_file(format!("{}{suffix}", self.db_url)).ok();
+                }
+            }
+            Backend::Postgres => {
+                let name = self.db_url.split('?').next().and_then(|b| b.rsplit('/').next()).unwrap_or_default().to_owned();
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin_postgres_url()).await {
+                    sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).execute(&mut conn).await.ok();
+                }
+            }
+        }
+    }
+
+    /// A new learner; returns its bearer token.
+    pub async fn learner(&self, name: &str) -> String {
+        self.app.create_learner(name).await.unwrap()
+    }
+
+    pub async fn principal(&self, token: &str) -> Principal {
+        self.app.authenticate(token).await.unwrap()
+    }
+
+    /// A learner with a started session.
+    pub async fn started(&self) -> SessionStarted {
+        let token = self.learner("Ada").await;
+        let principal = self.principal(&token).await;
+        self.app.start_session(&principal, StartSession { time_zone: Some("Europe/Berlin".into()), ..Default::default() }).await.unwrap()
+    }
+
+    /// Runs raw SQL against the test database (tampering and crash simulations only).
+    pub async fn raw_sql(&self, sqlite: &str, postgres: &str) {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", self.db_url)).await.unwrap();
+                sqlx::query(sqlite).execute(&mut conn).await.unwrap();
+            }
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.db_url).await.unwrap();
+                sqlx::query(postgres).execute(&mut conn).await.unwrap();
+            }
+        }
+    }
+
+    /// Runs the `skillpilot` binary against this test's database.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        let db = match self.backend {
+            Backend::Sqlite => format!("sqlite://{}", self.db_url),
+            Backend::Postgres => self.db_url.clone(),
+        };
+        std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
+            .arg("--db")
+            .arg(db)
+            .arg("--content")
+            .arg(content_dir())
+            .args(args)
+            .env("SKILLPILOT_CAPABILITY_KEYS", &self.keys_spec)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    }
+}
+
+/// Runs a scenario on a fresh app and tears it down afterwards (also when it panics).
+pub async fn run<F, Fut>(backend: Backend, scenario: F)
+where
+    F: FnOnce(Arc<TestApp>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let t = Arc::new(spawn(backend).await);
+    let result = tokio::spawn(scenario(t.clone())).await;
+    if let Ok(t) = Arc::try_unwrap(t) {
+        t.teardown().await;
+    }
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// Declares each scenario as two tests: one on SQLite, one on PostgreSQL.
+#[macro_export]
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    $crate::helpers::run($crate::helpers::Backend::Sqlite, super::$name).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    $crate::helpers::run($crate::helpers::Backend::Postgres, super::$name).await
+                }
+            }
+        )*
+    };
+}

@@ -1,0 +1,106 @@
+//! The HTTP surface and the CLI on both stores: health, readiness, curricula, starting a
+//! learning session, and the operator commands run as the real binary.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::both_stores;
+use crate::helpers::TestApp;
+
+async fn health_and_readiness_answer(t: Arc<TestApp>) {
+    let r = t.http.get(format!("{}/healthz", t.base_url)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = t.http.get(format!("{}/readyz", t.base_url)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["store"], if t.backend == crate::helpers::Backend::Sqlite { "sqlite" } else { "postgres" });
+}
+
+async fn the_curricula_list_names_the_shipped_pack_in_both_languages(t: Arc<TestApp>) {
+    let body: Value = t.http.get(format!("{}/v1/curricula", t.base_url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(body["curricula"][0]["id"], "fractions");
+    assert_eq!(body["curricula"][0]["title"], json!({"de": "Bruchrechnung", "en": "Fractions"}));
+}
+
+async fn a_learner_starts_a_session_and_sees_no_learner_id(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    let r = t
+        .http
+        .post(format!("{}/v1/learning-sessions", t.base_url))
+        .bearer_auth(&token)
+        .json(&json!({"locale": "en", "timeZone": "Europe/Berlin"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["communicationLocale"], "en");
+    assert_eq!(body["curriculum"]["title"], "Fractions");
+    assert!(body["expiresAt"].as_str().unwrap().starts_with("2026-03-02T21:00:00"), "12 h idle from the start: {body}");
+    let text = body.to_string();
+    let principal = t.principal(&token).await;
+    assert!(!text.contains(principal.learner_id.as_deref().unwrap()), "no learner id in {text}");
+    assert_eq!(body.as_object().unwrap().len(), 3, "only expiry, curriculum and locale: {text}");
+}
+
+async fn a_session_request_without_a_valid_bearer_is_401_with_www_authenticate(t: Arc<TestApp>) {
+    for auth in [None, Some("Bearer nope")] {
+        let mut req = t.http.post(format!("{}/v1/learning-sessions", t.base_url)).json(&json!({}));
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        assert!(r.headers().get("www-authenticate").is_some());
+    }
+}
+
+async fn bad_session_input_gets_a_stable_code_and_changes_nothing(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    let cases = [
+        (json!({"feedback": "I liked it"}), "UNKNOWN_FIELD"),
+        (json!({"timeZone": "Mars/Olympus"}), "VALIDATION_FAILED"),
+        (json!({"locale": "fr"}), "VALIDATION_FAILED"),
+        (json!({"curriculumId": "nope"}), "VALIDATION_FAILED"),
+        (json!({"locale": 7}), "VALIDATION_FAILED"),
+    ];
+    for (body, code) in cases {
+        let r = t.http.post(format!("{}/v1/learning-sessions", t.base_url)).bearer_auth(&token).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], code, "{body}");
+        assert!(!answer.to_string().contains("I liked it") && !answer.to_string().contains("Mars"), "no echo: {answer}");
+    }
+    assert!(t.app.store.stream_heads().await.unwrap().is_empty(), "no journey was created");
+}
+
+async fn the_cli_creates_learners_and_prints_events_as_json_lines(t: Arc<TestApp>) {
+    let out = t.cli(&["learner", "create", "--name", "Grace"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let token = stdout.lines().last().unwrap().trim().to_owned();
+    assert!(token.starts_with("spl_"));
+    // The printed token works.
+    let principal = t.app.authenticate(&token).await.unwrap();
+    let started = t.app.start_session(&principal, Default::default()).await.unwrap();
+
+    let out = t.cli(&["events", &started.journey_id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["eventType"], "JourneyStarted");
+    assert_eq!(lines[1]["sequence"], 2);
+    assert!(lines[1]["metadata"]["chainHash"].is_string());
+    let out = t.cli(&["events", "--type", "GoalActivated"]);
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1);
+}
+
+both_stores!(
+    health_and_readiness_answer,
+    the_curricula_list_names_the_shipped_pack_in_both_languages,
+    a_learner_starts_a_session_and_sees_no_learner_id,
+    a_session_request_without_a_valid_bearer_is_401_with_www_authenticate,
+    bad_session_input_gets_a_stable_code_and_changes_nothing,
+    the_cli_creates_learners_and_prints_events_as_json_lines,
+);

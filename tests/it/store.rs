@@ -1,0 +1,253 @@
+//! The store suite (issue: event-sourced core), every scenario on SQLite and on PostgreSQL:
+//! append/load, concurrent writers, retry storms, key reuse, tamper evidence, replay,
+//! snapshots and view catch-up.
+
+use std::sync::Arc;
+
+use aggregates::learning_journey::{Consent, Evidence, JourneyCommand, LearningJourney, Mode, OptionChoice};
+use serde_json::json;
+use skillpilot::app::journeys::{receipt, Actor, CommandRequest, RequestIdentity};
+use skillpilot::error::AppError;
+use skillpilot::store::chain::replay_hash;
+
+use crate::both_stores;
+use crate::helpers::TestApp;
+
+fn complete(journey: &str, version: u64, request_id: &str, evidence: Evidence) -> CommandRequest {
+    let input = json!({"expectedStateVersion": version, "clientRequestId": request_id, "decision": {"evidence": evidence, "consent": "closeAndContinue"}});
+    CommandRequest {
+        journey_id: journey.to_owned(),
+        command: JourneyCommand::CompleteGoal { evidence, consent: Consent::CloseAndContinue },
+        expected_version: Some(version),
+        identity: Some(RequestIdentity { request_id: request_id.to_owned(), replay_hash: replay_hash(&input) }),
+        tool: "complete_skillpilot_goal",
+        actor: Actor::Learner,
+    }
+}
+
+fn choose(journey: &str, choice: OptionChoice) -> CommandRequest {
+    CommandRequest {
+        journey_id: journey.to_owned(),
+        command: JourneyCommand::ChooseOption { choice },
+        expected_version: None,
+        identity: None,
+        tool: "choose_skillpilot_option",
+        actor: Actor::Learner,
+    }
+}
+
+async fn event_count(t: &TestApp, journey: &str) -> usize {
+    t.app.store.events_after(journey, 0).await.unwrap().len()
+}
+
+async fn appended_events_load_back_into_the_same_state(t: Arc<TestApp>) {
+    let s = t.started().await;
+    let loaded = t.app.load_journey(&s.journey_id).await.unwrap();
+    assert_eq!(loaded.state.version, 2, "started and first goal activated");
+    assert_eq!(loaded.state.active_goal.as_deref(), Some("part-of-whole"));
+
+    let done = t.app.execute(complete(&s.journey_id, 2, "6f1c1f7e-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    assert!(!done.replayed);
+    assert_eq!(done.committed.first().map(|(seq, _)| *seq), Some(3));
+    let again = t.app.load_journey(&s.journey_id).await.unwrap();
+    assert_eq!(again.state, done.state);
+    assert_eq!(again.state.goals["part-of-whole"].mastery, 0.8);
+    let r = receipt(&done).unwrap();
+    assert_eq!(r["stored"], "goalCompleted");
+    assert_eq!(r["goal"], "Was ein Bruch bedeutet");
+    assert_eq!(r["stateVersion"], done.state.version);
+}
+
+async fn thirty_two_concurrent_writers_on_one_version_produce_exactly_one_success(t: Arc<TestApp>) {
+    let s = t.started().await;
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let t = t.clone();
+        let journey = s.journey_id.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("00000000-0000-4000-8000-{i:012}");
+            t.app.execute(complete(&journey, 2, &id, Evidence::Independent), None).await
+        }));
+    }
+    let mut ok = 0;
+    let mut conflicts = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(AppError::StateConflict { .. }) => conflicts += 1,
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((ok, conflicts), (1, 31));
+    let events = t.app.store.events_after(&s.journey_id, 0).await.unwrap();
+    let sequences: Vec<usize> = events.iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, (1..=events.len()).collect::<Vec<_>>(), "gapless");
+    assert_eq!(events.iter().filter(|e| e.event_type == "GoalCompleted").count(), 1);
+}
+
+async fn a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_receipt(t: Arc<TestApp>) {
+    let s = t.started().await;
+    let before = event_count(&t, &s.journey_id).await;
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let t = t.clone();
+        let journey = s.journey_id.clone();
+        tasks.push(tokio::spawn(async move { t.app.execute(complete(&journey, 2, "1b4e28ba-2fa1-4d2e-8b3e-000000000042", Evidence::Guided), None).await }));
+    }
+    let mut receipts = Vec::new();
+    for task in tasks {
+        let done = task.await.unwrap().unwrap();
+        receipts.push(receipt(&done).unwrap());
+    }
+    assert!(receipts.iter().all(|r| *r == receipts[0]), "{receipts:?}");
+    let after = event_count(&t, &s.journey_id).await;
+    let goal_completed = t.app.store.events_after(&s.journey_id, 0).await.unwrap().iter().filter(|e| e.event_type == "GoalCompleted").count();
+    assert_eq!(goal_completed, 1);
+    assert!(after > before);
+
+    // Later, after other writes, an exact retry still returns the original result and writes nothing.
+    t.app.execute(choose(&s.journey_id, OptionChoice::Autopilot { autopilot: true }), None).await.unwrap();
+    let count = event_count(&t, &s.journey_id).await;
+    let retry = t.app.execute(complete(&s.journey_id, 2, "1b4e28ba-2fa1-4d2e-8b3e-000000000042", Evidence::Guided), None).await.unwrap();
+    assert!(retry.replayed);
+    assert_eq!(receipt(&retry).unwrap(), receipts[0]);
+    assert_eq!(event_count(&t, &s.journey_id).await, count);
+}
+
+async fn reusing_a_request_id_with_another_input_is_refused_and_writes_nothing(t: Arc<TestApp>) {
+    let s = t.started().await;
+    let id = "7d444840-9dc0-41d9-8a3c-000000000007";
+    t.app.execute(complete(&s.journey_id, 2, id, Evidence::Independent), None).await.unwrap();
+    let count = event_count(&t, &s.journey_id).await;
+    let state = t.app.load_journey(&s.journey_id).await.unwrap().state;
+    let reused = t.app.execute(complete(&s.journey_id, 2, id, Evidence::Guided), None).await;
+    assert!(matches!(reused, Err(AppError::IdempotencyKeyReused)), "{reused:?}");
+    assert_eq!(event_count(&t, &s.journey_id).await, count);
+    assert_eq!(t.app.load_journey(&s.journey_id).await.unwrap().state, state);
+}
+
+async fn a_stale_expected_version_is_a_state_conflict_checked_after_the_idempotency_lookup(t: Arc<TestApp>) {
+    let s = t.started().await;
+    let stale = t.app.execute(complete(&s.journey_id, 1, "0d6f8a8e-1111-4000-8000-000000000001", Evidence::Independent), None).await;
+    assert!(matches!(stale, Err(AppError::StateConflict { current: 2 })), "{stale:?}");
+    let ok = t.app.execute(complete(&s.journey_id, 2, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
+    // The same request again names a version that is stale by now, yet gets its original result.
+    let retry = t.app.execute(complete(&s.journey_id, 2, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
+    assert!(retry.replayed);
+    assert_eq!(retry.state, ok.state);
+}
+
+async fn a_modified_event_payload_is_named_by_audit_verify(t: Arc<TestApp>) {
+    let s = t.started().await;
+    t.app.execute(complete(&s.journey_id, 2, "aa000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
+    let out = t.cli(&["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let sql = |cast: &str| {
+        format!(
+            "UPDATE events SET payload = {} WHERE aggregate_id = '{}' AND sequence = 3",
+            cast.replace("P", "replace(CAST(payload AS TEXT), '0.8', '1.0')"),
+            s.journey_id
+        )
+    };
+    t.raw_sql(&sql("P"), &sql("CAST(P AS json)")).await;
+    let report = t.app.audit_verify().await.unwrap();
+    let broken = report.broken.expect("the tampering is found");
+    assert_eq!((broken.journey_id.as_str(), broken.sequence), (s.journey_id.as_str(), 3));
+    let out = t.cli(&["audit", "verify"]);
+    assert_ne!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&s.journey_id) && stdout.contains("sequence 3"), "{stdout}");
+}
+
+async fn a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one(t: Arc<TestApp>) {
+    let a = t.started().await;
+    let b = t.started().await;
+    t.app.execute(complete(&a.journey_id, 2, "bb000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    t.app.execute(choose(&a.journey_id, OptionChoice::Mode { mode: Mode::VerifiedRecall }), None).await.unwrap();
+    t.app.execute(choose(&b.journey_id, OptionChoice::Locale { locale: "en".into() }), None).await.unwrap();
+    let report = t.app.replay().await.unwrap();
+    assert_eq!(report.journeys, 2);
+    assert!(report.differing.is_empty(), "{:?}", report.differing);
+    let out = t.cli(&["replay"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+
+    t.raw_sql(
+        &format!("UPDATE journey_context_view SET payload = '{{}}' WHERE view_id = '{}'", b.journey_id),
+        &format!("UPDATE journey_context_view SET payload = '{{}}' WHERE view_id = '{}'", b.journey_id),
+    )
+    .await;
+    let report = t.app.replay().await.unwrap();
+    assert_eq!(report.differing, vec![b.journey_id.clone()]);
+}
+
+async fn a_snapshot_loads_to_the_same_state_as_the_full_fold(t: Arc<TestApp>) {
+    let s = t.started().await;
+    // 120 autopilot switches: well past one snapshot interval.
+    for i in 0..120 {
+        t.app.execute(choose(&s.journey_id, OptionChoice::Autopilot { autopilot: i % 2 == 0 }), None).await.unwrap();
+    }
+    let loaded = t.app.load_journey(&s.journey_id).await.unwrap();
+    assert!(loaded.snapshot_version >= 100, "a snapshot was taken: {}", loaded.snapshot_version);
+    let folded: LearningJourney = t.app.fold_upto(&s.journey_id, loaded.state.version).await.unwrap();
+    assert_eq!(loaded.state, folded);
+    assert_eq!(loaded.state.version, 122);
+}
+
+async fn a_view_lost_between_commit_and_update_is_caught_up(t: Arc<TestApp>) {
+    let s = t.started().await;
+    t.app.execute(complete(&s.journey_id, 2, "cc000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    // Simulate a crash after the commit: the view still shows the start.
+    t.raw_sql(
+        &format!("UPDATE journey_context_view SET version = 2, payload = '{{}}' WHERE view_id = '{}'", s.journey_id),
+        &format!("UPDATE journey_context_view SET version = 2, payload = '{{}}' WHERE view_id = '{}'", s.journey_id),
+    )
+    .await;
+    assert_eq!(t.app.catch_up_views().await.unwrap(), 1);
+    assert!(t.app.replay().await.unwrap().differing.is_empty());
+}
+
+async fn starting_a_session_never_changes_the_state_version(t: Arc<TestApp>) {
+    let token = t.learner("Bo").await;
+    let principal = t.principal(&token).await;
+    let first = t.app.start_session(&principal, Default::default()).await.unwrap();
+    let v1 = t.app.load_journey(&first.journey_id).await.unwrap().state.version;
+    let second = t.app.start_session(&principal, Default::default()).await.unwrap();
+    assert_eq!(first.journey_id, second.journey_id, "one journey per learner and curriculum");
+    assert_ne!(first.session_id, second.session_id);
+    assert_eq!(t.app.load_journey(&first.journey_id).await.unwrap().state.version, v1);
+}
+
+async fn concurrent_first_sessions_create_one_started_journey(t: Arc<TestApp>) {
+    let token = t.learner("Cy").await;
+    let principal = t.principal(&token).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let t = t.clone();
+        let p = principal.clone();
+        tasks.push(tokio::spawn(async move { t.app.start_session(&p, Default::default()).await }));
+    }
+    let mut journeys = std::collections::BTreeSet::new();
+    for task in tasks {
+        journeys.insert(task.await.unwrap().unwrap().journey_id);
+    }
+    assert_eq!(journeys.len(), 1);
+    let journey = journeys.into_iter().next().unwrap();
+    let events = t.app.store.events_after(&journey, 0).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.event_type == "JourneyStarted").count(), 1);
+}
+
+both_stores!(
+    appended_events_load_back_into_the_same_state,
+    thirty_two_concurrent_writers_on_one_version_produce_exactly_one_success,
+    a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_receipt,
+    reusing_a_request_id_with_another_input_is_refused_and_writes_nothing,
+    a_stale_expected_version_is_a_state_conflict_checked_after_the_idempotency_lookup,
+    a_modified_event_payload_is_named_by_audit_verify,
+    a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one,
+    a_snapshot_loads_to_the_same_state_as_the_full_fold,
+    a_view_lost_between_commit_and_update_is_caught_up,
+    starting_a_session_never_changes_the_state_version,
+    concurrent_first_sessions_create_one_started_journey,
+);
