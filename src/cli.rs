@@ -165,7 +165,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let stdout = std::io::stdout();
             let mut lock = stdout.lock();
             let mut failed = false;
-            app.list_events(&filter, |v| failed |= writeln!(lock, "{v}").is_err()).await.map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
+            app.list_events(&filter, |v| failed |= writeln!(lock, "{v}").is_err())
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
             Ok(i32::from(failed))
         }
         Command::Audit { command: AuditCommand::Verify } => {
@@ -189,10 +191,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let secs = started.elapsed().as_secs_f64();
             let rate = if secs > 0.0 { report.events as f64 / secs } else { 0.0 };
             if report.differing.is_empty() {
-                println!("replay: ok — {} journeys, {} events folded ({rate:.0} events/s), shadow views equal the live ones", report.journeys, report.events);
+                println!(
+                    "replay: ok — {} journeys, {} events folded ({rate:.0} events/s), shadow views equal the live ones",
+                    report.journeys, report.events
+                );
                 Ok(0)
             } else {
-                println!("replay: DIFFERENT — {} of {} journeys differ: {}", report.differing.len(), report.journeys, report.differing.join(", "));
+                println!(
+                    "replay: DIFFERENT — {} of {} journeys differ: {}",
+                    report.differing.len(),
+                    report.journeys,
+                    report.differing.join(", ")
+                );
                 Ok(3)
             }
         }

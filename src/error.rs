@@ -124,7 +124,9 @@ impl AppError {
     /// `rejected` when the backend judged the call wrong for the state, `error` when it could not run.
     pub fn outcome(&self) -> &'static str {
         match self {
-            Self::StateConflict { .. } | Self::OptionInvalid | Self::CapabilityUsed | Self::NotAllowed | Self::NotEligible { .. } => "rejected",
+            Self::StateConflict { .. } | Self::OptionInvalid | Self::CapabilityUsed | Self::NotAllowed | Self::NotEligible { .. } => {
+                "rejected"
+            }
             _ => "error",
         }
     }
@@ -135,7 +137,9 @@ impl AppError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::SessionRequired | Self::SessionExpired | Self::SessionInvalid => StatusCode::FORBIDDEN,
-            Self::UnknownField { .. } | Self::ForbiddenField | Self::ValidationFailed { .. } | Self::IncompleteAssessments { .. } => StatusCode::BAD_REQUEST,
+            Self::UnknownField { .. } | Self::ForbiddenField | Self::ValidationFailed { .. } | Self::IncompleteAssessments { .. } => {
+                StatusCode::BAD_REQUEST
+            }
             Self::CapabilityInvalid | Self::CapabilityExpired => StatusCode::BAD_REQUEST,
             Self::IdempotencyKeyReused | Self::StateConflict { .. } | Self::CapabilityUsed | Self::OptionInvalid => StatusCode::CONFLICT,
             Self::NotAllowed | Self::NotEligible { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -171,12 +175,16 @@ impl AppError {
             Self::ForbiddenField => s("Die Eingabe enthält ein nicht erlaubtes Feld.", "The input contains a forbidden field."),
             Self::ValidationFailed { .. } => s("Ein Feld hat einen ungültigen Wert.", "A field has an invalid value."),
             Self::IncompleteAssessments { .. } => s("Die Anzahl der Bewertungen passt nicht.", "The number of assessments does not match."),
-            Self::IdempotencyKeyReused => s("Diese Anfrage-ID wurde schon für eine andere Eingabe benutzt.", "This request id was already used for another input."),
+            Self::IdempotencyKeyReused => {
+                s("Diese Anfrage-ID wurde schon für eine andere Eingabe benutzt.", "This request id was already used for another input.")
+            }
             Self::CapabilityInvalid => s("Das Arbeitszeichen ist ungültig.", "The workflow token is invalid."),
             Self::CapabilityExpired => s("Das Arbeitszeichen ist abgelaufen.", "The workflow token has expired."),
             Self::CapabilityUsed => s("Dieser Schritt ist bereits erledigt.", "This step is already done."),
             Self::OptionInvalid => s("Diese Option ist nicht mehr aktuell.", "This option is no longer current."),
-            Self::StateConflict { .. } => s("Der Lernstand hat sich inzwischen geändert.", "The learning state has changed in the meantime."),
+            Self::StateConflict { .. } => {
+                s("Der Lernstand hat sich inzwischen geändert.", "The learning state has changed in the meantime.")
+            }
             Self::NotAllowed => s("Der aktuelle Stand erlaubt eine andere Aktion.", "The current state allows another action."),
             Self::NotEligible { .. } => s("Die Prüfung ist noch nicht freigegeben.", "The exam is not released yet."),
             Self::NotFound { .. } => s("Nicht gefunden.", "Not found."),

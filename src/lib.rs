@@ -1,5 +1,6 @@
 //! SkillPilot's service: adapters and wiring around the pure `aggregates` and `projections`
 //! crates — configuration, the stores, the application services, HTTP and the CLI.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod app;
 pub mod catalog;

@@ -165,11 +165,7 @@ impl Pack {
     /// Parses a pack from JSON (unknown keys rejected) and validates it.
     ///
     /// `read_asset` returns the SVG markup of an asset name, or `None` when it does not exist.
-    pub fn from_json(
-        file: &str,
-        json: &str,
-        read_asset: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, PackError> {
+    pub fn from_json(file: &str, json: &str, read_asset: impl Fn(&str) -> Option<String>) -> Result<Self, PackError> {
         let mut pack: Pack = serde_json::from_str(json).map_err(|e| PackError {
             file: file.to_owned(),
             field: format!("line {} column {}", e.line(), e.column()),
@@ -197,11 +193,7 @@ impl Pack {
 
     /// Checks the whole pack; the first problem found is returned.
     pub fn validate(&self, file: &str) -> Result<(), PackError> {
-        let err = |field: String, problem: String| PackError {
-            file: file.to_owned(),
-            field,
-            problem,
-        };
+        let err = |field: String, problem: String| PackError { file: file.to_owned(), field, problem };
         if self.id.trim().is_empty() {
             return Err(err("id".into(), "must not be empty".into()));
         }
@@ -289,7 +281,12 @@ impl Pack {
         }
         let r = &self.rules;
         let unit = |v: f64| (0.0..=1.0).contains(&v);
-        if !(unit(r.mastery_independent) && unit(r.mastery_guided) && unit(r.recall_pass_gain) && unit(r.recall_fail_loss) && unit(r.reteach_below)) {
+        if !(unit(r.mastery_independent)
+            && unit(r.mastery_guided)
+            && unit(r.recall_pass_gain)
+            && unit(r.recall_fail_loss)
+            && unit(r.reteach_below))
+        {
             return Err(err("rules".into(), "mastery numbers must lie in [0, 1]".into()));
         }
         if r.recall_batch_size == 0 || r.daily_target == 0 || r.weekly_target == 0 {
@@ -438,10 +435,7 @@ impl Pack {
 
     /// A localized text for `locale`, falling back to the pack's first locale.
     pub fn text<'a>(&self, text: &'a Localized, locale: &str) -> &'a str {
-        text.get(locale)
-            .or_else(|| self.locales.first().and_then(|l| text.get(l)))
-            .map(String::as_str)
-            .unwrap_or("")
+        text.get(locale).or_else(|| self.locales.first().and_then(|l| text.get(l))).map(String::as_str).unwrap_or("")
     }
 }
 

@@ -13,10 +13,7 @@ pub fn review(memory: &CardMemory, passed: bool, now: DateTime<Utc>, desired_ret
         (Some(stability), Some(difficulty)) => Some(MemoryState { stability, difficulty }),
         _ => None,
     };
-    let days_elapsed = memory
-        .last_review
-        .map(|last| u32::try_from((now - last).num_days().max(0)).unwrap_or(u32::MAX))
-        .unwrap_or(0);
+    let days_elapsed = memory.last_review.map(|last| u32::try_from((now - last).num_days().max(0)).unwrap_or(u32::MAX)).unwrap_or(0);
     let next = fsrs.next_states(current, desired_retention as f32, days_elapsed).ok()?;
     let item = if passed { next.good } else { next.again };
     // Intervals are fractional days; keep them to the second.

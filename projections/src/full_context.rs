@@ -383,14 +383,22 @@ fn open_workflow(pack: &Pack, loc: &str, workflow: &Workflow, version: u64, seal
     match workflow {
         Workflow::VerifiedRecall { instance, cards, step } => {
             let cards: Vec<_> = cards.iter().filter_map(|c| pack.card(c).map(|(_, card)| card)).collect();
-            view.questions = Some(cards.iter().enumerate().map(|(i, c)| Item { position: i + 1, text: pack.text(&c.question, loc).to_owned() }).collect());
+            view.questions = Some(
+                cards.iter().enumerate().map(|(i, c)| Item { position: i + 1, text: pack.text(&c.question, loc).to_owned() }).collect(),
+            );
             match step {
                 RecallStep::AwaitingAnswers => {
                     view.batch_capability = Some(sealer.seal_capability(*instance, CapabilityStep::RecallAnswers, version));
                 }
                 RecallStep::AnswersReleased => {
                     view.step = "answersReleased";
-                    view.answers = Some(cards.iter().enumerate().map(|(i, c)| Item { position: i + 1, text: pack.text(&c.answer, loc).to_owned() }).collect());
+                    view.answers = Some(
+                        cards
+                            .iter()
+                            .enumerate()
+                            .map(|(i, c)| Item { position: i + 1, text: pack.text(&c.answer, loc).to_owned() })
+                            .collect(),
+                    );
                     view.grading_capability = Some(sealer.seal_capability(*instance, CapabilityStep::RecallGrading, version));
                 }
             }
@@ -398,7 +406,12 @@ fn open_workflow(pack: &Pack, loc: &str, workflow: &Workflow, version: u64, seal
         Workflow::Exam { instance, step } => {
             view.kind = "exam";
             view.tasks = Some(
-                pack.exam.tasks.iter().enumerate().map(|(i, t)| TaskItem { position: i + 1, text: pack.text(&t.prompt, loc).to_owned(), max_points: t.max_points }).collect(),
+                pack.exam
+                    .tasks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| TaskItem { position: i + 1, text: pack.text(&t.prompt, loc).to_owned(), max_points: t.max_points })
+                    .collect(),
             );
             match step {
                 ExamStep::AwaitingWork => {
@@ -407,7 +420,14 @@ fn open_workflow(pack: &Pack, loc: &str, workflow: &Workflow, version: u64, seal
                 }
                 ExamStep::SolutionsReleased => {
                     view.step = "solutionsReleased";
-                    view.solutions = Some(pack.exam.tasks.iter().enumerate().map(|(i, t)| Item { position: i + 1, text: pack.text(&t.solution, loc).to_owned() }).collect());
+                    view.solutions = Some(
+                        pack.exam
+                            .tasks
+                            .iter()
+                            .enumerate()
+                            .map(|(i, t)| Item { position: i + 1, text: pack.text(&t.solution, loc).to_owned() })
+                            .collect(),
+                    );
                     view.scoring_capability = Some(sealer.seal_capability(*instance, CapabilityStep::ExamScoring, version));
                 }
             }

@@ -112,7 +112,10 @@ fn the_persisted_view_leaves_out_time_and_tokens() {
     let v = persisted_view(&full_context(&ContextInput { state: &s, pack: &pack, now: t0(), tz: chrono_tz::UTC }, &Plain));
     assert!(v.get("recall").is_none() && v.get("planStatus").is_none());
     assert!(v["settings"]["options"][0].get("payload").is_none());
-    let later = persisted_view(&full_context(&ContextInput { state: &s, pack: &pack, now: t0() + Duration::days(9), tz: chrono_tz::Tz::Asia__Tokyo }, &Plain));
+    let later = persisted_view(&full_context(
+        &ContextInput { state: &s, pack: &pack, now: t0() + Duration::days(9), tz: chrono_tz::Tz::Asia__Tokyo },
+        &Plain,
+    ));
     assert_eq!(v, later);
 }
 

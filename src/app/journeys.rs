@@ -225,7 +225,13 @@ impl App {
         Ok(Some(Executed { state, committed, replayed: true, pack }))
     }
 
-    fn serialize(&self, request: &CommandRequest, loaded: &Loaded, events: &[JourneyEvent], now: DateTime<Utc>) -> Result<Vec<SerializedEvent>, AppError> {
+    fn serialize(
+        &self,
+        request: &CommandRequest,
+        loaded: &Loaded,
+        events: &[JourneyEvent],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<SerializedEvent>, AppError> {
         let mut prev = loaded.last_hash.clone();
         let mut out = Vec::with_capacity(events.len());
         for (i, event) in events.iter().enumerate() {
@@ -328,8 +334,12 @@ pub fn receipt(executed: &Executed) -> Option<Value> {
     let first = &executed.committed.first()?.1;
     let title = |goal: &str| pack.goal(goal).map(|g| pack.text(&g.title, loc).to_owned()).unwrap_or_default();
     Some(match first {
-        JourneyEvent::GoalCompleted { goal_id, mastery, .. } => json!({"stored": "goalCompleted", "goal": title(goal_id), "mastery": mastery, "stateVersion": version}),
-        JourneyEvent::RecallBatchStarted { cards, .. } => json!({"stored": "recallStarted", "questions": cards.len(), "stateVersion": version}),
+        JourneyEvent::GoalCompleted { goal_id, mastery, .. } => {
+            json!({"stored": "goalCompleted", "goal": title(goal_id), "mastery": mastery, "stateVersion": version})
+        }
+        JourneyEvent::RecallBatchStarted { cards, .. } => {
+            json!({"stored": "recallStarted", "questions": cards.len(), "stateVersion": version})
+        }
         JourneyEvent::RecallAnswersReleased { .. } => json!({"stored": "recallAnswersReleased", "stateVersion": version}),
         JourneyEvent::RecallResultsRecorded { results, .. } => {
             json!({"stored": "recallResults", "recorded": results.len(), "passed": results.iter().filter(|r| r.passed).count(), "stateVersion": version})

@@ -182,7 +182,8 @@ impl App {
         if let Some(err) = failure {
             return Err(err);
         }
-        let live: BTreeMap<String, (u64, Value)> = self.store.views(ViewTable::Context).await?.into_iter().map(|(id, v, p)| (id, (v, p))).collect();
+        let live: BTreeMap<String, (u64, Value)> =
+            self.store.views(ViewTable::Context).await?.into_iter().map(|(id, v, p)| (id, (v, p))).collect();
         let mut differing = Vec::new();
         for (journey_id, state) in &states {
             let pack = self.pack_of(state)?;

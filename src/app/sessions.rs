@@ -70,7 +70,11 @@ impl App {
         let mut loaded = self.load_journey(&journey_id).await?;
         if loaded.state.info.is_none() {
             let locale = request.locale.clone().unwrap_or_else(|| {
-                if pack.locales.contains(&self.settings.default_locale) { self.settings.default_locale.clone() } else { pack.locales[0].clone() }
+                if pack.locales.contains(&self.settings.default_locale) {
+                    self.settings.default_locale.clone()
+                } else {
+                    pack.locales[0].clone()
+                }
             });
             let start = CommandRequest {
                 journey_id: journey_id.clone(),

@@ -200,7 +200,13 @@ impl Keys {
     }
 
     /// Opens a capability for a session.
-    pub fn open_capability(&self, token: &str, session_id: &str, journey_id: &str, now: DateTime<Utc>) -> Result<CapabilityClaims, AppError> {
+    pub fn open_capability(
+        &self,
+        token: &str,
+        session_id: &str,
+        journey_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<CapabilityClaims, AppError> {
         let claims: CapabilityClaims = self.open(token, CAPABILITY_PURPOSE).ok_or(AppError::CapabilityInvalid)?;
         if claims.sid != session_id || claims.jid != journey_id {
             return Err(AppError::CapabilityInvalid);

@@ -45,7 +45,11 @@ fn parse_start(body: &[u8]) -> Result<StartSession, AppError> {
     Ok(StartSession { curriculum_id: text("curriculumId")?, locale: text("locale")?, time_zone: text("timeZone")? })
 }
 
-pub(super) async fn start_session(State(app): State<Arc<App>>, Bearer(principal): Bearer, body: axum::body::Bytes) -> Result<Response, AppError> {
+pub(super) async fn start_session(
+    State(app): State<Arc<App>>,
+    Bearer(principal): Bearer,
+    body: axum::body::Bytes,
+) -> Result<Response, AppError> {
     let request = parse_start(&body)?;
     let started = app.start_session(&principal, request).await?;
     let loc = started.locale.as_str();

@@ -104,7 +104,17 @@ mod tests {
     fn the_chain_hash_changes_with_the_payload_but_not_with_its_own_field() {
         let payload = serde_json::json!({"x": 1});
         let meta = serde_json::json!({"prevHash": GENESIS});
-        let link = |p: &Value, m: &Value| chain_hash(&Link { aggregate_type: "T", aggregate_id: "a", sequence: 1, event_type: "E", event_version: "1", payload: p, metadata: m });
+        let link = |p: &Value, m: &Value| {
+            chain_hash(&Link {
+                aggregate_type: "T",
+                aggregate_id: "a",
+                sequence: 1,
+                event_type: "E",
+                event_version: "1",
+                payload: p,
+                metadata: m,
+            })
+        };
         let h = link(&payload, &meta);
         let mut with_hash = meta.clone();
         with_hash["chainHash"] = Value::String(h.clone());

@@ -38,7 +38,9 @@ pub enum StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
         match err {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => Self::Unavailable(err.to_string()),
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
+                Self::Unavailable(err.to_string())
+            }
             sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "5" || c == "6") => {
                 Self::Unavailable(db.to_string())
             }
@@ -444,7 +446,13 @@ impl Store {
 
     /// The learner's journey on a curriculum, created with `new_id` if there is none yet.
     /// Returns the id and whether it was created now.
-    pub async fn journey_for(&self, learner_id: &str, curriculum_id: &str, new_id: &str, now_ms: i64) -> Result<(String, bool), StoreError> {
+    pub async fn journey_for(
+        &self,
+        learner_id: &str,
+        curriculum_id: &str,
+        new_id: &str,
+        now_ms: i64,
+    ) -> Result<(String, bool), StoreError> {
         on_pool!(self, pool => {
             let inserted = sqlx::query(
                 "INSERT INTO journeys (journey_id, learner_id, curriculum_id, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (learner_id, curriculum_id) DO NOTHING",

@@ -1,5 +1,6 @@
 //! The one integration test binary. Every scenario runs on SQLite and on PostgreSQL, each on a
 //! fresh database; `scripts/test` makes sure a PostgreSQL is reachable.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod helpers;
 mod http;

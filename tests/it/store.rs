@@ -46,7 +46,8 @@ async fn appended_events_load_back_into_the_same_state(t: Arc<TestApp>) {
     assert_eq!(loaded.state.version, 2, "started and first goal activated");
     assert_eq!(loaded.state.active_goal.as_deref(), Some("part-of-whole"));
 
-    let done = t.app.execute(complete(&s.journey_id, 2, "6f1c1f7e-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    let done =
+        t.app.execute(complete(&s.journey_id, 2, "6f1c1f7e-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
     assert!(!done.replayed);
     assert_eq!(done.committed.first().map(|(seq, _)| *seq), Some(3));
     let again = t.app.load_journey(&s.journey_id).await.unwrap();
@@ -92,7 +93,9 @@ async fn a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_
     for _ in 0..3 {
         let t = t.clone();
         let journey = s.journey_id.clone();
-        tasks.push(tokio::spawn(async move { t.app.execute(complete(&journey, 2, "1b4e28ba-2fa1-4d2e-8b3e-000000000042", Evidence::Guided), None).await }));
+        tasks.push(tokio::spawn(async move {
+            t.app.execute(complete(&journey, 2, "1b4e28ba-2fa1-4d2e-8b3e-000000000042", Evidence::Guided), None).await
+        }));
     }
     let mut receipts = Vec::new();
     for task in tasks {
@@ -101,7 +104,8 @@ async fn a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_
     }
     assert!(receipts.iter().all(|r| *r == receipts[0]), "{receipts:?}");
     let after = event_count(&t, &s.journey_id).await;
-    let goal_completed = t.app.store.events_after(&s.journey_id, 0).await.unwrap().iter().filter(|e| e.event_type == "GoalCompleted").count();
+    let goal_completed =
+        t.app.store.events_after(&s.journey_id, 0).await.unwrap().iter().filter(|e| e.event_type == "GoalCompleted").count();
     assert_eq!(goal_completed, 1);
     assert!(after > before);
 
@@ -132,7 +136,8 @@ async fn a_stale_expected_version_is_a_state_conflict_checked_after_the_idempote
     assert!(matches!(stale, Err(AppError::StateConflict { current: 2 })), "{stale:?}");
     let ok = t.app.execute(complete(&s.journey_id, 2, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
     // The same request again names a version that is stale by now, yet gets its original result.
-    let retry = t.app.execute(complete(&s.journey_id, 2, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
+    let retry =
+        t.app.execute(complete(&s.journey_id, 2, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
     assert!(retry.replayed);
     assert_eq!(retry.state, ok.state);
 }
@@ -251,3 +256,70 @@ both_stores!(
     starting_a_session_never_changes_the_state_version,
     concurrent_first_sessions_create_one_started_journey,
 );
+
+mod extra {
+    //! Context equality after a mutation (R-7a) and reading old event versions (R-6c).
+    use std::sync::Arc;
+
+    use aggregates::learning_journey::OptionChoice;
+    use projections::full_context::{CapabilityStep, Sealer};
+    use skillpilot::app::journeys::view_of;
+
+    use super::{choose, complete};
+    use crate::both_stores;
+    use crate::helpers::TestApp;
+    use aggregates::learning_journey::{Evidence, Mode};
+
+    /// Tokens as their claims, so contexts compare by decoded claims.
+    struct Claims;
+    impl Sealer for Claims {
+        fn seal_option(&self, v: u64, choice: &OptionChoice) -> String {
+            format!("{v}:{choice:?}")
+        }
+        fn seal_capability(&self, instance: u64, step: CapabilityStep, v: u64) -> String {
+            format!("{instance}:{step:?}:{v}")
+        }
+    }
+
+    async fn the_context_after_a_mutation_equals_a_fresh_read_of_that_version(t: Arc<TestApp>) {
+        let s = t.started().await;
+        let tz = chrono_tz::Tz::Europe__Berlin;
+        let steps = [
+            complete(&s.journey_id, 2, "dd000000-0000-4000-8000-000000000001", Evidence::Independent),
+            choose(&s.journey_id, OptionChoice::Mode { mode: Mode::VerifiedRecall }),
+        ];
+        for step in steps {
+            let done = t.app.execute(step, None).await.unwrap();
+            let fresh = t.app.load_journey(&s.journey_id).await.unwrap();
+            assert_eq!(fresh.state.version, done.state.version);
+            let pack = t.app.pack_of(&fresh.state).unwrap();
+            assert_eq!(t.app.context_of(&done.state, &done.pack, tz, &Claims), t.app.context_of(&fresh.state, &pack, tz, &Claims));
+            assert_eq!(view_of(&done.state, &done.pack), view_of(&fresh.state, &pack));
+        }
+        // The plan status follows the injected clock in the learner's time zone.
+        let state = t.app.load_journey(&s.journey_id).await.unwrap().state;
+        let pack = t.app.pack_of(&state).unwrap();
+        assert_eq!(t.app.context_of(&state, &pack, tz, &Claims).plan_status.today.done, 1);
+        t.clock.advance(chrono::Duration::days(1));
+        let next_day = t.app.context_of(&state, &pack, tz, &Claims).plan_status;
+        assert_eq!((next_day.today.done, next_day.week.done), (0, 1));
+    }
+
+    async fn an_event_of_an_old_schema_version_is_still_read(t: Arc<TestApp>) {
+        let s = t.started().await;
+        // Rewrite the stored GoalActivated as its version-0 form (no `at`), as an old release wrote it.
+        let sql = |cast: &str| {
+            format!(
+                "UPDATE events SET event_version = '0', payload = {} WHERE aggregate_id = '{}' AND sequence = 2",
+                cast.replace("P", "'{\"GoalActivated\":{\"goalId\":\"part-of-whole\"}}'"),
+                s.journey_id
+            )
+        };
+        t.raw_sql(&sql("P"), &sql("CAST(P AS json)")).await;
+        let loaded = t.app.load_journey(&s.journey_id).await.unwrap();
+        assert_eq!(loaded.state.active_goal.as_deref(), Some("part-of-whole"));
+        assert_eq!(loaded.state.version, 2);
+    }
+
+    both_stores!(the_context_after_a_mutation_equals_a_fresh_read_of_that_version, an_event_of_an_old_schema_version_is_still_read);
+}

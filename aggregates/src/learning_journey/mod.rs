@@ -388,10 +388,7 @@ impl LearningJourney {
         }
         match &self.next {
             NextStep::ChooseGoal { goals } => goals.iter().map(|g| OptionChoice::Goal { goal_id: g.clone() }).collect(),
-            NextStep::ChooseMode => vec![
-                OptionChoice::Mode { mode: Mode::Learn },
-                OptionChoice::Mode { mode: Mode::VerifiedRecall },
-            ],
+            NextStep::ChooseMode => vec![OptionChoice::Mode { mode: Mode::Learn }, OptionChoice::Mode { mode: Mode::VerifiedRecall }],
             NextStep::AwaitContinuation => vec![OptionChoice::Continue],
             _ => Vec::new(),
         }
@@ -399,12 +396,8 @@ impl LearningJourney {
 
     /// The standing preferences, always published: every other locale and the autopilot toggle.
     pub fn setting_options(&self, pack: &Pack) -> Vec<OptionChoice> {
-        let mut out: Vec<OptionChoice> = pack
-            .locales
-            .iter()
-            .filter(|l| **l != self.locale)
-            .map(|l| OptionChoice::Locale { locale: l.clone() })
-            .collect();
+        let mut out: Vec<OptionChoice> =
+            pack.locales.iter().filter(|l| **l != self.locale).map(|l| OptionChoice::Locale { locale: l.clone() }).collect();
         out.push(OptionChoice::Autopilot { autopilot: !self.autopilot });
         out
     }

@@ -171,10 +171,7 @@ fn verified_recall_runs_start_release_record_and_moves_mastery() {
     // Start again while open: the same batch, no event.
     assert_eq!(g.when(JourneyCommand::StartRecall), Ok(vec![]));
     // Recording before release uses a capability of the wrong step.
-    assert_eq!(
-        g.when(JourneyCommand::RecordRecallResults { instance, passed: vec![true; 3] }),
-        Err(JourneyError::CapabilityUsed)
-    );
+    assert_eq!(g.when(JourneyCommand::RecordRecallResults { instance, passed: vec![true; 3] }), Err(JourneyError::CapabilityUsed));
     g.ok(JourneyCommand::ReleaseRecallAnswers { instance });
     assert_eq!(
         g.when(JourneyCommand::RecordRecallResults { instance, passed: vec![true; 2] }),
@@ -187,14 +184,8 @@ fn verified_recall_runs_start_release_record_and_moves_mastery() {
     assert!(g.state.due_cards(&g.pack, g.now).is_empty());
     // No more due cards: go on as if the learner consented — several next goals → goal choice.
     assert!(matches!(g.state.next, NextStep::ChooseGoal { .. }));
-    assert_eq!(
-        g.when(JourneyCommand::ReleaseRecallAnswers { instance }),
-        Err(JourneyError::CapabilityUsed)
-    );
-    assert_eq!(
-        g.when(JourneyCommand::ReleaseRecallAnswers { instance: 999 }),
-        Err(JourneyError::CapabilityExpired)
-    );
+    assert_eq!(g.when(JourneyCommand::ReleaseRecallAnswers { instance }), Err(JourneyError::CapabilityUsed));
+    assert_eq!(g.when(JourneyCommand::ReleaseRecallAnswers { instance: 999 }), Err(JourneyError::CapabilityExpired));
 }
 
 #[test]
@@ -231,7 +222,9 @@ fn master_everything(g: &mut Given) {
         }
         match g.state.next.clone() {
             NextStep::Teach => g.complete(Consent::CloseAndContinue),
-            NextStep::ChooseGoal { goals } => g.ok(JourneyCommand::ChooseOption { choice: OptionChoice::Goal { goal_id: goals[0].clone() } }),
+            NextStep::ChooseGoal { goals } => {
+                g.ok(JourneyCommand::ChooseOption { choice: OptionChoice::Goal { goal_id: goals[0].clone() } })
+            }
             NextStep::ChooseMode => g.ok(JourneyCommand::ChooseOption { choice: OptionChoice::Mode { mode: Mode::Learn } }),
             NextStep::OfferRecall | NextStep::OfferNextRecallBatch => g.ok(JourneyCommand::StartRecall),
             NextStep::AwaitContinuation => g.ok(JourneyCommand::ChooseOption { choice: OptionChoice::Continue }),
