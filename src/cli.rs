@@ -42,6 +42,12 @@ enum Command {
         /// The externally visible base URL (start URLs, OAuth metadata).
         #[arg(long, env = "SKILLPILOT_PUBLIC_URL")]
         public_url: Option<String>,
+        /// Allowed Host values of the MCP endpoint, comma-separated (behind a reverse proxy: its public host).
+        #[arg(long, env = "SKILLPILOT_ALLOWED_HOSTS", value_delimiter = ',')]
+        allowed_hosts: Vec<String>,
+        /// Allowed browser origins of the MCP endpoint, comma-separated, with ports (https://chatgpt.com:443).
+        #[arg(long, env = "SKILLPILOT_ALLOWED_ORIGINS", value_delimiter = ',')]
+        allowed_origins: Vec<String>,
         /// Locale of new journeys when the learner names none.
         #[arg(long, env = "SKILLPILOT_DEFAULT_LOCALE", default_value = "de")]
         default_locale: String,
@@ -131,7 +137,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             println!("migrations applied ({})", store.kind());
             Ok(0)
         }
-        Command::Serve { addr, public_url, default_locale } => {
+        Command::Serve { addr, public_url, default_locale, allowed_hosts, allowed_origins } => {
+            settings.mcp = crate::mcp::McpSettings { allowed_hosts, allowed_origins };
             settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
             settings.addr = addr;
             settings.default_locale = default_locale;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use chrono::Duration;
 
+use crate::mcp::McpSettings;
 use crate::store::{DbUrl, PoolSettings};
 
 /// Everything the service needs to start.
@@ -30,6 +31,8 @@ pub struct Settings {
     pub capability_keys: Option<String>,
     /// Pool sizes.
     pub pool: PoolSettings,
+    /// Allowed hosts and origins of the MCP endpoint.
+    pub mcp: McpSettings,
 }
 
 impl Settings {
@@ -46,6 +49,7 @@ impl Settings {
             capability_ttl: Duration::hours(24),
             capability_keys: None,
             pool: PoolSettings::default(),
+            mcp: McpSettings::default(),
         }
     }
 

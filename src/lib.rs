@@ -9,5 +9,6 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod mcp;
 pub mod startup;
 pub mod store;

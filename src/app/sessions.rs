@@ -12,7 +12,8 @@ use chrono_tz::Tz;
 use uuid::Uuid;
 
 use super::identity::{Principal, Role};
-use super::journeys::{Actor, CommandRequest};
+use super::journeys::{Actor, CommandRequest, Loaded};
+use super::tokens::SessionClaims;
 use super::App;
 use crate::error::AppError;
 use crate::store::SessionRow;
@@ -41,6 +42,21 @@ pub struct SessionStarted {
     pub locale: String,
     /// Journey.
     pub journey_id: String,
+}
+
+/// A resolved, unexpired session with its journey loaded.
+#[derive(Clone, Debug)]
+pub struct ActiveSession {
+    /// The row.
+    pub row: SessionRow,
+    /// The learner's time zone.
+    pub tz: Tz,
+    /// The journey's pack.
+    pub pack: Arc<Pack>,
+    /// The journey as loaded now.
+    pub loaded: Loaded,
+    /// A freshly sealed `learningSessionId` for it.
+    pub token: String,
 }
 
 impl App {
@@ -110,6 +126,38 @@ impl App {
             locale: loaded.state.locale,
             journey_id,
         })
+    }
+
+    /// The session gate (SPEC §5.4): the learner's current started, unexpired session.
+    pub async fn gate(&self, principal: &Principal) -> Result<ActiveSession, AppError> {
+        let learner_id = principal.learner_id.as_deref().ok_or(AppError::Forbidden)?;
+        let row = self.store.latest_session(learner_id).await?.ok_or(AppError::SessionRequired)?;
+        self.active(row).await
+    }
+
+    /// Resolves a `learningSessionId` for its owner: another learner's id is invalid and
+    /// reveals nothing; an expired one is expired.
+    pub async fn resolve_session(&self, principal: &Principal, token: &str) -> Result<ActiveSession, AppError> {
+        let claims = self.keys.open_session(token)?;
+        let row = self.store.session(&claims.sid).await?.ok_or(AppError::SessionInvalid)?;
+        if principal.learner_id.as_deref() != Some(row.learner_id.as_str()) {
+            return Err(AppError::SessionInvalid);
+        }
+        self.active(row).await
+    }
+
+    async fn active(&self, row: SessionRow) -> Result<ActiveSession, AppError> {
+        let loaded = self.load_journey(&row.journey_id).await?;
+        let expires_at = self.session_expiry(&row, loaded.state.last_event_at);
+        let now = self.clock.now();
+        if now >= expires_at {
+            return Err(AppError::SessionExpired);
+        }
+        let tz = row.time_zone.parse::<Tz>().unwrap_or(chrono_tz::UTC);
+        let pack = self.pack_of(&loaded.state)?;
+        let started = DateTime::<Utc>::from_timestamp_millis(row.started_ms).unwrap_or(now);
+        let token = self.keys.seal_session(&SessionClaims { sid: row.session_id.clone(), exp: (started + self.settings.session_absolute).timestamp() });
+        Ok(ActiveSession { row, tz, pack, loaded, token })
     }
 
     /// When a session expires: idle time counts from the later of its start and the journey's

@@ -22,6 +22,16 @@ use crate::error::AppError;
 
 const OPTION_PURPOSE: &[u8] = b"skillpilot:option:v1";
 const CAPABILITY_PURPOSE: &[u8] = b"skillpilot:capability:v1";
+const SESSION_PURPOSE: &[u8] = b"skillpilot:session:v1";
+
+/// What a `learningSessionId` says: which session, until when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionClaims {
+    /// The session row.
+    pub sid: String,
+    /// Absolute expiry, epoch seconds.
+    pub exp: i64,
+}
 
 /// The keys tokens are sealed with; the first is current, the rest still open old tokens.
 pub struct Keys {
@@ -189,6 +199,16 @@ impl Sealer for NoTokens {
 }
 
 impl Keys {
+    /// Seals a session id into the opaque `learningSessionId` (fresh nonce each time).
+    pub fn seal_session(&self, claims: &SessionClaims) -> String {
+        self.seal(claims, SESSION_PURPOSE)
+    }
+
+    /// Opens a `learningSessionId`; anything that does not decode is invalid.
+    pub fn open_session(&self, token: &str) -> Result<SessionClaims, AppError> {
+        self.open(token, SESSION_PURPOSE).ok_or(AppError::SessionInvalid)
+    }
+
     /// Opens an option token for a session: invalid when it does not decode or belongs to
     /// another session or journey, expired past its expiry.
     pub fn open_option(&self, token: &str, session_id: &str, journey_id: &str, now: DateTime<Utc>) -> Result<OptionClaims, AppError> {

@@ -16,6 +16,7 @@ use crate::app::App;
 
 /// The service's router.
 pub fn router(app: Arc<App>) -> Router {
+    let mcp = crate::mcp::router(app.clone(), &app.settings.mcp);
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -23,6 +24,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/learning-sessions", post(v1::start_session))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(app)
+        .merge(mcp)
 }
 
 async fn healthz() -> &'static str {

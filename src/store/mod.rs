@@ -187,6 +187,21 @@ where
     })
 }
 
+fn session_row<R: Row>(r: &R) -> Result<SessionRow, sqlx::Error>
+where
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    Ok(SessionRow {
+        session_id: r.try_get("session_id")?,
+        learner_id: r.try_get("learner_id")?,
+        journey_id: r.try_get("journey_id")?,
+        time_zone: r.try_get("time_zone")?,
+        started_ms: r.try_get("started_ms")?,
+    })
+}
+
 fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -488,6 +503,19 @@ impl Store {
         })
     }
 
+    /// The learner's most recently started session.
+    pub async fn latest_session(&self, learner_id: &str) -> Result<Option<SessionRow>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT session_id, learner_id, journey_id, time_zone, started_ms FROM learning_sessions WHERE learner_id = $1 ORDER BY started_ms DESC, session_id DESC LIMIT 1",
+            )
+            .bind(learner_id)
+            .fetch_optional(pool)
+            .await?;
+            row.map(|r| session_row(&r)).transpose().map_err(StoreError::from)
+        })
+    }
+
     /// A session by id.
     pub async fn session(&self, session_id: &str) -> Result<Option<SessionRow>, StoreError> {
         on_pool!(self, pool => {
@@ -495,17 +523,65 @@ impl Store {
                 .bind(session_id)
                 .fetch_optional(pool)
                 .await?;
-            row.map(|r| -> Result<SessionRow, sqlx::Error> {
-                Ok(SessionRow {
-                    session_id: r.try_get("session_id")?,
-                    learner_id: r.try_get("learner_id")?,
-                    journey_id: r.try_get("journey_id")?,
-                    time_zone: r.try_get("time_zone")?,
-                    started_ms: r.try_get("started_ms")?,
-                })
-            })
-            .transpose()
-            .map_err(StoreError::from)
+            row.map(|r| session_row(&r)).transpose().map_err(StoreError::from)
+        })
+    }
+}
+
+/// One row of the tool-call audit.
+#[derive(Clone, Debug)]
+pub struct ToolCallRow {
+    /// Call id (one per tool call).
+    pub call_id: String,
+    /// `started`, or the exit.
+    pub phase: &'static str,
+    /// `handler` or `dispatcher`.
+    pub writer: &'static str,
+    /// Tool name (or `unknown`).
+    pub tool: String,
+    /// The journey, once known.
+    pub journey_id: Option<String>,
+    /// The error code of an exit.
+    pub code: Option<&'static str>,
+    /// Events the call appended.
+    pub events_appended: i64,
+    /// Duration of the call.
+    pub duration_ms: Option<i64>,
+    /// When.
+    pub at_ms: i64,
+}
+
+impl Store {
+    /// Writes an audit row; a second exit for the same call is silently not written.
+    pub async fn record_tool_call(&self, row: &ToolCallRow) -> Result<(), StoreError> {
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+            )
+            .bind(&row.call_id)
+            .bind(row.phase)
+            .bind(row.writer)
+            .bind(&row.tool)
+            .bind(row.journey_id.as_deref())
+            .bind(row.code)
+            .bind(row.events_appended)
+            .bind(row.duration_ms)
+            .bind(row.at_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    /// Audit rows as (tool, phase, writer, code), oldest first (for tests and reports).
+    pub async fn tool_calls(&self) -> Result<Vec<(String, String, String, Option<String>)>, StoreError> {
+        on_pool!(self, pool => {
+            let rows = sqlx::query("SELECT tool, phase, writer, code FROM tool_calls ORDER BY at_ms, call_id, phase DESC").fetch_all(pool).await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get("tool")?, r.try_get("phase")?, r.try_get("writer")?, r.try_get("code")?)))
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+                .map_err(StoreError::from)
         })
     }
 }

@@ -1,0 +1,260 @@
+//! The MCP endpoint (`/mcp`): rmcp's Streamable HTTP server in stateless JSON mode, mounted in
+//! axum behind bearer authentication. `call_tool` takes the raw arguments so our own strict
+//! validator answers with our own error result (see `notes` on rmcp: its typed parameters would
+//! answer with a protocol error instead). The dispatcher writes the tool-call audit's
+//! `error` exit only for a panic, a timeout or an unknown tool; each handler writes its own
+//! `started` and exit.
+
+pub mod schema;
+pub mod tools;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+
+use crate::app::identity::{Principal, Role};
+use crate::app::App;
+use crate::error::AppError;
+use crate::store::ToolCallRow;
+use tools::{Kind, ToolOutput, WIDGET_URI};
+
+/// The coach behaviour, the single source of `initialize` `instructions`.
+pub const SKILL_MD: &str = include_str!("../../docs/SKILL.md");
+
+/// How long a tool handler may run before the dispatcher answers `INTERNAL` for it.
+const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+
+const WIDGET_HTML: &str = include_str!("widget.html");
+
+/// MCP settings a deployment changes.
+#[derive(Clone, Debug, Default)]
+pub struct McpSettings {
+    /// Allowed `Host` values (loopback by default; a reverse proxy names its public host).
+    pub allowed_hosts: Vec<String>,
+    /// Allowed browser origins (`https://chatgpt.com:443`, …); empty rejects every Origin.
+    pub allowed_origins: Vec<String>,
+}
+
+/// The tool server: one per request (stateless), sharing the application.
+#[derive(Clone)]
+pub struct CoachServer {
+    app: Arc<App>,
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
+    serde_json::from_value(value).map_err(|e| McpError::internal_error(format!("result shape: {e}"), None))
+}
+
+/// The tool definitions as `tools/list` shows them.
+pub fn tool_list() -> Vec<Value> {
+    tools::definitions()
+        .iter()
+        .map(|d| {
+            let mut tool = json!({
+                "name": d.name,
+                "title": d.title,
+                "description": d.description,
+                "inputSchema": tools::input_schema(d),
+                "outputSchema": tools::output_schema(d),
+                "annotations": {
+                    "title": d.title,
+                    "readOnlyHint": d.kind == Kind::Read,
+                    "destructiveHint": false,
+                    "idempotentHint": d.idempotent,
+                    "openWorldHint": false
+                }
+            });
+            if d.name == "render_skillpilot_goal_visualization" {
+                tool["_meta"] = json!({"ui": {"resourceUri": WIDGET_URI}, "openai/outputTemplate": WIDGET_URI});
+            }
+            tool
+        })
+        .collect()
+}
+
+fn error_result(app: &App, err: &AppError, locale: &str) -> Value {
+    let mut body = err.body(locale);
+    if let Some(recovery) = tools::recovery(err, locale, &app.settings.start_url()) {
+        body["error"]["recovery"] = recovery;
+    }
+    body
+}
+
+fn call_result(structured: Value, summary: String, is_error: bool, meta: Option<Value>) -> Result<CallToolResult, McpError> {
+    let mut result = json!({
+        "content": [{"type": "text", "text": summary}],
+        "structuredContent": structured,
+        "isError": is_error,
+    });
+    if let Some(meta) = meta {
+        result["_meta"] = meta;
+    }
+    from_json(result)
+}
+
+impl CoachServer {
+    async fn audit(&self, row: ToolCallRow) {
+        if let Err(e) = self.app.store.record_tool_call(&row).await {
+            tracing::warn!(error = %e, tool = %row.tool, phase = row.phase, "tool-call audit row not written");
+        }
+    }
+
+    fn row(&self, call_id: &str, phase: &'static str, writer: &'static str, tool: &str) -> ToolCallRow {
+        ToolCallRow {
+            call_id: call_id.to_owned(),
+            phase,
+            writer,
+            tool: tool.to_owned(),
+            journey_id: None,
+            code: None,
+            events_appended: 0,
+            duration_ms: None,
+            at_ms: self.app.clock.now().timestamp_millis(),
+        }
+    }
+
+    /// A tool handler with its own audit rows: `started`, then exactly one exit.
+    async fn handle(self, principal: Principal, call_id: String, name: String, args: Value) -> Option<Result<CallToolResult, McpError>> {
+        let started = Instant::now();
+        let tools::ToolDef { name: tool_name, .. } = tools::definitions().into_iter().find(|d| d.name == name)?;
+        self.audit(self.row(&call_id, "started", "handler", tool_name)).await;
+        let outcome = tools::dispatch(&self.app, &principal, tool_name, args).await?;
+        let mut exit = self.row(&call_id, "completed", "handler", tool_name);
+        exit.duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
+        let result = match outcome {
+            Ok(ToolOutput { structured, summary, meta, events_appended, journey_id }) => {
+                exit.phase = if structured["outcome"] == "clarification" { "clarification" } else { "completed" };
+                exit.events_appended = i64::try_from(events_appended).unwrap_or(0);
+                exit.journey_id = journey_id;
+                call_result(structured, summary, false, meta)
+            }
+            Err((err, locale, journey_id)) => {
+                exit.phase = if err.outcome() == "rejected" { "rejected" } else { "error" };
+                exit.code = Some(err.code());
+                exit.journey_id = journey_id;
+                let finding = err.finding(&locale);
+                call_result(error_result(&self.app, &err, &locale), finding, true, None)
+            }
+        };
+        self.audit(exit).await;
+        Some(result)
+    }
+}
+
+impl ServerHandler for CoachServer {
+    fn get_info(&self) -> ServerConfig {
+        serde_json::from_value(json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {"listChanged": false}, "resources": {}},
+            "serverInfo": {"name": "skillpilot", "title": "SkillPilot", "version": env!("CARGO_PKG_VERSION")},
+            "instructions": SKILL_MD,
+        }))
+        .unwrap_or_default()
+    }
+
+    async fn list_tools(&self, _: Option<PaginatedRequestParams>, _: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+        from_json(json!({ "tools": tool_list() }))
+    }
+
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let principal = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>().cloned())
+            .ok_or_else(|| McpError::invalid_request("unauthenticated", None))?;
+        let call_id = uuid::Uuid::new_v4().to_string();
+        let name = request.name.to_string();
+        let args = request.arguments.map(Value::Object).unwrap_or_else(|| json!({}));
+        let handler = tokio::spawn(self.clone().handle(principal, call_id.clone(), name.clone(), args));
+        let outcome = tokio::time::timeout(HANDLER_TIMEOUT, handler).await;
+        let locale = self.app.settings.default_locale.clone();
+        let dispatcher_error = |tool: &str, code: &'static str| {
+            let mut row = self.row(&call_id, "error", "dispatcher", tool);
+            row.code = Some(code);
+            row
+        };
+        match outcome {
+            Ok(Ok(Some(result))) => result.map(CallToolResponse::from),
+            Ok(Ok(None)) => {
+                self.audit(dispatcher_error("unknown", "VALIDATION_FAILED")).await;
+                Err(McpError::invalid_params("unknown tool", None))
+            }
+            Ok(Err(_)) | Err(_) => {
+                // The handler panicked or timed out: its outcome is unknown, so this exit never
+                // claims "not stored"; a late handler's own exit is refused by the audit table.
+                tracing::error!(tool = %name, "tool handler panicked or timed out");
+                self.audit(dispatcher_error(&name, "INTERNAL")).await;
+                let err = AppError::Internal;
+                call_result(error_result(&self.app, &err, &locale), err.finding(&locale), true, None).map(CallToolResponse::from)
+            }
+        }
+    }
+
+    async fn list_resources(&self, _: Option<PaginatedRequestParams>, _: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+        from_json(json!({"resources": [{
+            "uri": WIDGET_URI,
+            "name": "goal-picture",
+            "title": "Goal picture",
+            "mimeType": "text/html;profile=mcp-app"
+        }]}))
+    }
+
+    async fn read_resource(&self, request: ReadResourceRequestParams, _: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+        if request.uri != WIDGET_URI {
+            return Err(McpError::resource_not_found("no such resource", None));
+        }
+        let result: ReadResourceResult =
+            from_json(json!({"contents": [{"uri": WIDGET_URI, "mimeType": "text/html;profile=mcp-app", "text": WIDGET_HTML}]}))?;
+        Ok(result.into())
+    }
+}
+
+/// Bearer authentication in front of rmcp: no tool runs without a learner token.
+async fn require_learner(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
+    let token = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned);
+    let Some(token) = token else { return AppError::Unauthorized.into_response() };
+    match app.authenticate(&token).await {
+        Ok(principal) if principal.role == Role::Learner => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Ok(_) => AppError::Forbidden.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The `/mcp` router.
+pub fn router(app: Arc<App>, settings: &McpSettings) -> Router {
+    let mut config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(256 * 1024);
+    if !settings.allowed_hosts.is_empty() {
+        config = config.with_allowed_hosts(settings.allowed_hosts.clone());
+    }
+    config = config.with_allowed_origins(settings.allowed_origins.clone()).enforce_origin_validation();
+    let server = CoachServer { app: app.clone() };
+    let service = StreamableHttpService::new(move || Ok(server.clone()), Arc::new(LocalSessionManager::default()), config);
+    Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn_with_state(app, require_learner))
+}

@@ -1,0 +1,590 @@
+//! The ten coach tools of SPEC §5: their published definitions and their handlers. Each
+//! handler is a thin adapter: resolve the session → validate strictly → map to one command →
+//! shape the result of SPEC §5.2a. Rules live in the aggregate, not here.
+
+use std::sync::Arc;
+
+use aggregates::learning_journey::{Consent, Evidence, JourneyCommand, JourneyEvent, NextStep, Workflow};
+use projections::full_context::{CapabilityStep, FullContext};
+use serde_json::{json, Value};
+
+use super::schema::{json_schema, opt, req, validate, Shape, Text};
+use crate::app::identity::Principal;
+use crate::app::journeys::{receipt, Actor, CommandRequest, Executed, RequestIdentity};
+use crate::app::sessions::ActiveSession;
+use crate::app::tokens::SessionSealer;
+use crate::app::App;
+use crate::error::AppError;
+use crate::store::chain::{canonical, replay_hash};
+
+/// The UI resource the render tool is bound to.
+pub const WIDGET_URI: &str = "ui://skillpilot/goal-picture.html";
+
+/// Whether a tool reads or writes, for annotations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Reads only.
+    Read,
+    /// Changes the journey.
+    Write,
+}
+
+/// A published tool.
+pub struct ToolDef {
+    /// Fixed name.
+    pub name: &'static str,
+    /// Human title.
+    pub title: &'static str,
+    /// Learner-intent description with its negative cases.
+    pub description: &'static str,
+    /// Read or write.
+    pub kind: Kind,
+    /// Whether an exact repeat has no further effect.
+    pub idempotent: bool,
+    /// Input shape (validator and schema).
+    pub input: Shape,
+}
+
+fn session_id() -> super::schema::Field {
+    req("learningSessionId", Shape::String(Text::Token))
+}
+
+/// All tools, in the order `tools/list` shows them.
+pub fn definitions() -> Vec<ToolDef> {
+    vec![
+        ToolDef {
+            name: "get_skillpilot_learning_context",
+            title: "Load the learning state",
+            description: "Load the learner's current learning state once at the start of every turn: language, active goal, progress, options and the one next action. Do not call again after a successful change in the same turn — its result already is the new state.",
+            kind: Kind::Read,
+            idempotent: true,
+            input: Shape::Object(vec![opt("learningSessionId", Shape::String(Text::Token))]),
+        },
+        ToolDef {
+            name: "choose_skillpilot_option",
+            title: "Choose an offered option",
+            description: "Record the learner's clear choice among the options just offered (next goal, mode, continue, language, autopilot), copying the option's payload unchanged. Do not call when the learner's words fit no offered option or fit several — ask instead.",
+            kind: Kind::Write,
+            idempotent: true,
+            input: Shape::Object(vec![session_id(), req("option", Shape::Object(vec![req("optionToken", Shape::String(Text::Token))]))]),
+        },
+        ToolDef {
+            name: "complete_skillpilot_goal",
+            title: "Complete the current goal",
+            description: "Close the goal being taught once the learner has shown enough understanding and agreed to close it; say whether it was shown independently or with help, and whether to go on. Do not call after a solved task alone, or before the learner agreed.",
+            kind: Kind::Write,
+            idempotent: true,
+            input: Shape::Object(vec![
+                session_id(),
+                req("expectedStateVersion", Shape::Count),
+                req("clientRequestId", Shape::String(Text::Uuid)),
+                req(
+                    "decision",
+                    Shape::Object(vec![
+                        req("evidence", Shape::Enum(&["independent", "guided"])),
+                        req("consent", Shape::Enum(&["closeOnly", "closeAndContinue"])),
+                    ]),
+                ),
+            ]),
+        },
+        ToolDef {
+            name: "start_skillpilot_verified_recall",
+            title: "Start a recall check",
+            description: "Start a check of what the learner has already learned, after the learner agreed to it; returns all questions at once. Do not call without the learner's consent or while teaching a goal.",
+            kind: Kind::Write,
+            idempotent: true,
+            input: Shape::Object(vec![session_id()]),
+        },
+        ToolDef {
+            name: "get_skillpilot_verified_recall_answers",
+            title: "Reveal the recall answers",
+            description: "Reveal the reference answers once the learner has answered every question of the current check. Do not call before all questions are answered.",
+            kind: Kind::Write,
+            idempotent: true,
+            input: Shape::Object(vec![session_id(), req("batchCapability", Shape::String(Text::Token))]),
+        },
+        ToolDef {
+            name: "record_skillpilot_verified_recall_results",
+            title: "Save the recall results",
+            description: "Save whether each answer of the current check was right, in the order shown, after feedback and the learner's consent. Do not call before the learner has seen the feedback and agreed.",
+            kind: Kind::Write,
+            idempotent: true,
+            input: Shape::Object(vec![
+                session_id(),
+                req("gradingCapability", Shape::String(Text::Token)),
+                req("assessments", Shape::Array(Box::new(Shape::Object(vec![req("passed", Shape::Bool)])), 1, 50)),
+            ]),
+        },
+        ToolDef {
+            name: "start_skillpilot_exam",
+            title: "Start the exam",
+            description: "Start the final exam after the learner agreed to take it; returns all tasks at once. Do not call without the learner's consent.",
+            kind: Kind::Write,
+            idempotent: true,
+            input: Shape::Object(vec![session_id()]),
+        },
+        ToolDef {
+            name: "get_skillpilot_exam_solutions",
+            title: "Reveal the exam solutions",
+            description: "Reveal the reference solutions once the learner has handed in work for every task. Do not call before the work is complete.",
+            kind: Kind::Write,
+            idempotent: true,
+            input: Shape::Object(vec![session_id(), req("examCapability", Shape::String(Text::Token))]),
+        },
+        ToolDef {
+            name: "record_skillpilot_exam_scores",
+            title: "Save the exam scores",
+            description: "Save the points for each exam task, in the order shown, after feedback and the learner's consent; the total and the pass are computed for you. Do not call before the learner has seen the feedback and agreed.",
+            kind: Kind::Write,
+            idempotent: true,
+            input: Shape::Object(vec![
+                session_id(),
+                req("scoringCapability", Shape::String(Text::Token)),
+                req("scores", Shape::Array(Box::new(Shape::Object(vec![req("points", Shape::Points)])), 1, 50)),
+            ]),
+        },
+        ToolDef {
+            name: "render_skillpilot_goal_visualization",
+            title: "Show the goal's picture",
+            description: "Show the picture of the goal about to be taught, exactly once, with the arguments given by the previous result. Do not call on your own, to retry, or during a pause.",
+            kind: Kind::Read,
+            idempotent: true,
+            input: Shape::Object(vec![session_id(), req("goalId", Shape::String(Text::Ident)), req("expectedStateVersion", Shape::Count)]),
+        },
+    ]
+}
+
+/// The published `inputSchema` of a tool.
+pub fn input_schema(def: &ToolDef) -> Value {
+    json_schema(&def.input)
+}
+
+/// The published `outputSchema` of a tool: every exit, the error shape included.
+pub fn output_schema(def: &ToolDef) -> Value {
+    let error = json!({
+        "type": "object",
+        "properties": {
+            "outcome": {"type": "string", "enum": ["rejected", "error"]},
+            "error": {
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string"},
+                    "finding": {"type": "string"},
+                    "evidence": {"type": "object"},
+                    "recovery": {"type": "object"}
+                },
+                "required": ["code", "finding"]
+            }
+        },
+        "required": ["outcome", "error"]
+    });
+    let success = if def.name == "render_skillpilot_goal_visualization" {
+        json!({"type": "object", "properties": {"outcome": {"const": "completed"}, "rendered": {"type": "boolean"}}, "required": ["outcome", "rendered"]})
+    } else {
+        json!({
+            "type": "object",
+            "properties": {
+                "outcome": {"type": "string", "enum": ["completed", "clarification"]},
+                "learningSessionId": {"type": "string"},
+                "communicationLocale": {"type": "string"},
+                "stateVersion": {"type": "integer"},
+                "requiredAction": {"type": "string"},
+                "instruction": {"type": "string"},
+                "receipt": {"type": "object"},
+                "context": {"type": "object"},
+                "continuation": {"type": "object"}
+            },
+            "required": ["outcome"]
+        })
+    };
+    json!({"type": "object", "oneOf": [success, error]})
+}
+
+/// What a handler produced: the structured result, a short summary, widget data, and what
+/// the audit records.
+pub struct ToolOutput {
+    /// `structuredContent`.
+    pub structured: Value,
+    /// The one-line localized summary for `content`.
+    pub summary: String,
+    /// Widget-private `_meta`.
+    pub meta: Option<Value>,
+    /// Events appended by this call.
+    pub events_appended: usize,
+    /// The journey, for the audit.
+    pub journey_id: Option<String>,
+}
+
+fn de(locale: &str) -> bool {
+    !locale.starts_with("en")
+}
+
+fn summary(locale: &str, d: &str, e: &str) -> String {
+    if de(locale) { d } else { e }.to_owned()
+}
+
+/// Resolves the session for a write tool: the id is required.
+async fn session_of(app: &App, principal: &Principal, args: &Value) -> Result<ActiveSession, AppError> {
+    match args.get("learningSessionId") {
+        None | Some(Value::Null) => Err(AppError::SessionRequired),
+        Some(Value::String(token)) => app.resolve_session(principal, token).await,
+        Some(_) => Err(AppError::SessionInvalid),
+    }
+}
+
+fn sealer<'a>(app: &'a App, session: &'a ActiveSession) -> SessionSealer<'a> {
+    SessionSealer {
+        keys: &app.keys,
+        session_id: &session.row.session_id,
+        journey_id: &session.row.journey_id,
+        now: app.clock.now(),
+        ttl: app.settings.capability_ttl,
+    }
+}
+
+fn context_json(app: &App, session: &ActiveSession, state: &aggregates::learning_journey::LearningJourney) -> FullContext {
+    app.context_of(state, &session.pack, session.tz, &sealer(app, session))
+}
+
+/// The factual context inside a special-workflow result: the full context minus its
+/// imperative fields (and minus successor content where the learner must first consent).
+fn factual(mut context: Value, keep_successor: bool) -> Value {
+    if let Some(obj) = context.as_object_mut() {
+        obj.remove("requiredAction");
+        obj.remove("instruction");
+        obj.remove("receipt");
+        obj.remove("outcome");
+        if !keep_successor {
+            obj.remove("activeGoal");
+            obj.remove("options");
+        }
+    }
+    context
+}
+
+fn continuation(action: &str, consent_required: bool) -> Value {
+    json!({"action": action, "consentRequired": consent_required})
+}
+
+/// Runs a tool by name. `Ok(None)` means the name is no tool.
+pub async fn dispatch(app: &Arc<App>, principal: &Principal, name: &str, args: Value) -> Option<Result<ToolOutput, (AppError, String, Option<String>)>> {
+    let def = definitions().into_iter().find(|d| d.name == name)?;
+    Some(run(app, principal, &def, args).await)
+}
+
+type HandlerResult = Result<ToolOutput, (AppError, String, Option<String>)>;
+
+async fn run(app: &Arc<App>, principal: &Principal, def: &ToolDef, args: Value) -> HandlerResult {
+    let default_locale = app.settings.default_locale.clone();
+    let fail = |e: AppError, locale: &str, journey: Option<String>| (e, locale.to_owned(), journey);
+
+    // Session first (SPEC §5.3 order), the gate only for the context tool without an id.
+    let session = if def.name == "get_skillpilot_learning_context" && args.get("learningSessionId").is_none() {
+        app.gate(principal).await
+    } else {
+        session_of(app, principal, &args).await
+    }
+    .map_err(|e| fail(e, &default_locale, None))?;
+    let locale = session.loaded.state.locale.clone();
+    let journey = Some(session.row.journey_id.clone());
+    validate(&args, &def.input).map_err(|e| fail(e, &locale, journey.clone()))?;
+    handle(app, def, &session, &args).await.map_err(|e| fail(e, &locale, journey))
+}
+
+async fn handle(app: &Arc<App>, def: &ToolDef, session: &ActiveSession, args: &Value) -> Result<ToolOutput, AppError> {
+    let journey_id = session.row.journey_id.clone();
+    let locale = session.loaded.state.locale.as_str();
+    let now = app.clock.now();
+    let command = |command: JourneyCommand, expected: Option<u64>, identity: Option<RequestIdentity>| CommandRequest {
+        journey_id: journey_id.clone(),
+        command,
+        expected_version: expected,
+        identity,
+        tool: def.name,
+        actor: Actor::Learner,
+    };
+    match def.name {
+        "get_skillpilot_learning_context" => {
+            let mut ctx = serde_json::to_value(context_json(app, session, &session.loaded.state)).map_err(|_| AppError::Internal)?;
+            if args.get("learningSessionId").is_none() {
+                ctx["learningSessionId"] = Value::String(session.token.clone());
+            }
+            Ok(ToolOutput {
+                structured: ctx,
+                summary: summary(locale, "Lernstand geladen.", "Learning state loaded."),
+                meta: None,
+                events_appended: 0,
+                journey_id: Some(journey_id),
+            })
+        }
+        "choose_skillpilot_option" => {
+            let token = args["option"]["optionToken"].as_str().unwrap_or_default();
+            let claims = app.keys.open_option(token, &session.row.session_id, &journey_id, now)?;
+            let identity = RequestIdentity {
+                request_id: format!("opt:{}", blake3::hash(token.as_bytes()).to_hex()),
+                replay_hash: replay_hash(&serde_json::to_value(&claims).map_err(|_| AppError::Internal)?),
+            };
+            let request = command(JourneyCommand::ChooseOption { choice: claims.choice.clone() }, Some(claims.ver), Some(identity));
+            let executed = app.execute(request, None).await.map_err(|e| match e {
+                // An option published at an older version is stale, not a version race.
+                AppError::StateConflict { .. } => AppError::OptionInvalid,
+                other => other,
+            })?;
+            write_result(app, session, &executed, WriteKind::Choice)
+        }
+        "complete_skillpilot_goal" => {
+            let decision = &args["decision"];
+            let evidence = if decision["evidence"] == "independent" { Evidence::Independent } else { Evidence::Guided };
+            let consent = if decision["consent"] == "closeOnly" { Consent::CloseOnly } else { Consent::CloseAndContinue };
+            let expected = args["expectedStateVersion"].as_u64();
+            let canonical_input = json!({"expectedStateVersion": expected, "decision": decision});
+            let identity = RequestIdentity {
+                request_id: args["clientRequestId"].as_str().unwrap_or_default().to_ascii_lowercase(),
+                replay_hash: replay_hash(&canonical_input),
+            };
+            let executed = app.execute(command(JourneyCommand::CompleteGoal { evidence, consent }, expected, Some(identity)), None).await?;
+            write_result(app, session, &executed, WriteKind::Complete)
+        }
+        "start_skillpilot_verified_recall" => {
+            let executed = app.execute(command(JourneyCommand::StartRecall, None, None), None).await?;
+            workflow_result(app, session, &executed, locale)
+        }
+        "start_skillpilot_exam" => {
+            let executed = app.execute(command(JourneyCommand::StartExam, None, None), None).await?;
+            workflow_result(app, session, &executed, locale)
+        }
+        "get_skillpilot_verified_recall_answers" | "get_skillpilot_exam_solutions" | "record_skillpilot_verified_recall_results" | "record_skillpilot_exam_scores" => {
+            let (field, step) = match def.name {
+                "get_skillpilot_verified_recall_answers" => ("batchCapability", CapabilityStep::RecallAnswers),
+                "get_skillpilot_exam_solutions" => ("examCapability", CapabilityStep::ExamSolutions),
+                "record_skillpilot_verified_recall_results" => ("gradingCapability", CapabilityStep::RecallGrading),
+                _ => ("scoringCapability", CapabilityStep::ExamScoring),
+            };
+            let token = args[field].as_str().unwrap_or_default();
+            let claims = app.keys.open_capability(token, &session.row.session_id, &journey_id, now)?;
+            if claims.step != step {
+                return Err(AppError::CapabilityInvalid);
+            }
+            let instance = claims.inst;
+            let (cmd, payload) = match step {
+                CapabilityStep::RecallAnswers => (JourneyCommand::ReleaseRecallAnswers { instance }, Value::Null),
+                CapabilityStep::ExamSolutions => (JourneyCommand::ReleaseExamSolutions { instance }, Value::Null),
+                CapabilityStep::RecallGrading => {
+                    let passed: Vec<bool> = args["assessments"].as_array().into_iter().flatten().map(|a| a["passed"].as_bool().unwrap_or(false)).collect();
+                    let payload = json!(passed);
+                    (JourneyCommand::RecordRecallResults { instance, passed }, payload)
+                }
+                CapabilityStep::ExamScoring => {
+                    let points: Vec<f64> = args["scores"].as_array().into_iter().flatten().map(|s| s["points"].as_f64().unwrap_or(-1.0)).collect();
+                    let payload = json!(points);
+                    (JourneyCommand::RecordExamScores { instance, points }, payload)
+                }
+            };
+            // The retry identity is the workflow step itself: any token for it, same payload →
+            // the original result; another payload on a used step → CAPABILITY_USED.
+            let identity = RequestIdentity {
+                request_id: format!("cap:{instance}:{}", canonical(&json!(step))),
+                replay_hash: replay_hash(&json!({"step": step, "instance": instance, "payload": payload})),
+            };
+            let executed = app.execute(command(cmd, None, Some(identity)), None).await.map_err(|e| match e {
+                AppError::IdempotencyKeyReused => AppError::CapabilityUsed,
+                other => other,
+            })?;
+            match step {
+                CapabilityStep::RecallAnswers | CapabilityStep::ExamSolutions => workflow_result(app, session, &executed, locale),
+                CapabilityStep::RecallGrading => write_result(app, session, &executed, WriteKind::RecallResults),
+                CapabilityStep::ExamScoring => write_result(app, session, &executed, WriteKind::ExamScores),
+            }
+        }
+        "render_skillpilot_goal_visualization" => render(app, session, args),
+        _ => Err(AppError::Internal),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    Choice,
+    Complete,
+    RecallResults,
+    ExamScores,
+}
+
+/// The render continuation when this commit activated a goal with an authorized picture.
+fn render_call(executed: &Executed) -> Option<Value> {
+    let state = &executed.state;
+    let activated = executed.committed.iter().any(|(_, e)| matches!(e, JourneyEvent::GoalActivated { .. }));
+    let goal = state.active_goal.as_deref()?;
+    let has_picture = executed.pack.goal(goal).is_some_and(|g| g.visualization.is_some());
+    (activated && has_picture && state.next == NextStep::Teach && state.workflow.is_none()).then(|| {
+        json!({
+            "action": "renderGoalVisualizationThenTeachActiveGoal",
+            "consentRequired": false,
+            "toolCall": {"name": "render_skillpilot_goal_visualization", "arguments": {"goalId": goal, "expectedStateVersion": state.version}}
+        })
+    })
+}
+
+fn write_result(app: &App, session: &ActiveSession, executed: &Executed, kind: WriteKind) -> Result<ToolOutput, AppError> {
+    let state = &executed.state;
+    let locale = state.locale.as_str();
+    // Choosing the recall mode starts the batch at once: that result is the recall start result.
+    if executed.committed.iter().any(|(_, e)| matches!(e, JourneyEvent::RecallBatchStarted { .. })) {
+        return workflow_result(app, session, executed, locale);
+    }
+    let ctx = serde_json::to_value(context_json(app, session, state)).map_err(|_| AppError::Internal)?;
+    let rec = receipt(executed).unwrap_or_else(|| json!({"stored": "nothing", "stateVersion": state.version}));
+    let events_appended = if executed.replayed { 0 } else { executed.committed.len() };
+    let text = match rec["stored"].as_str().unwrap_or_default() {
+        "goalCompleted" => summary(locale, "Ziel abgeschlossen und gespeichert.", "Goal completed and saved."),
+        "recallResults" => summary(locale, "Abfrage-Ergebnisse gespeichert.", "Recall results saved."),
+        "examScores" => summary(locale, "Prüfungspunkte gespeichert.", "Exam scores saved."),
+        _ => summary(locale, "Auswahl gespeichert.", "Choice saved."),
+    };
+    let output = |structured: Value| ToolOutput { structured, summary: text.clone(), meta: None, events_appended, journey_id: Some(session.row.journey_id.clone()) };
+
+    if let Some(render) = render_call(executed) {
+        return Ok(output(json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, true), "continuation": render})));
+    }
+    match kind {
+        WriteKind::Choice | WriteKind::Complete => {
+            let mut full = ctx;
+            full["receipt"] = rec;
+            Ok(output(full))
+        }
+        WriteKind::RecallResults => {
+            let (action, consent, keep) = match &state.next {
+                NextStep::OfferNextRecallBatch | NextStep::OfferRecall => ("offerNextRecallBatch", true, false),
+                NextStep::Teach => ("teachActiveGoal", false, true),
+                NextStep::ChooseGoal { .. } | NextStep::ChooseMode => ("chooseOption", false, true),
+                NextStep::AwaitContinuation => ("awaitLearnerContinuation", false, false),
+                _ => ("confirmCompletion", false, false),
+            };
+            Ok(output(json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, keep), "continuation": continuation(action, consent)})))
+        }
+        WriteKind::ExamScores => {
+            Ok(output(json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, false), "continuation": continuation("reportExamResult", false)})))
+        }
+    }
+}
+
+/// Results of the workflow steps that open or advance a batch or exam.
+fn workflow_result(app: &App, session: &ActiveSession, executed: &Executed, locale: &str) -> Result<ToolOutput, AppError> {
+    let state = &executed.state;
+    let ctx = serde_json::to_value(context_json(app, session, state)).map_err(|_| AppError::Internal)?;
+    let workflow = ctx.get("openWorkflow").cloned().ok_or(AppError::NotAllowed)?;
+    let events_appended = if executed.replayed { 0 } else { executed.committed.len() };
+    let version = state.version;
+    let (structured, text) = match state.workflow.as_ref() {
+        Some(Workflow::VerifiedRecall { cards, step, .. }) => match step {
+            aggregates::learning_journey::RecallStep::AwaitingAnswers => (
+                json!({
+                    "outcome": "completed",
+                    "receipt": {"stored": "recallStarted", "questions": cards.len(), "stateVersion": version},
+                    "questions": workflow["questions"],
+                    "batchCapability": workflow["batchCapability"],
+                    "context": factual(ctx, false),
+                    "continuation": continuation("presentQuestionsAndAwaitAnswers", false),
+                }),
+                summary(locale, "Abfrage gestartet.", "Recall check started."),
+            ),
+            aggregates::learning_journey::RecallStep::AnswersReleased => (
+                json!({
+                    "outcome": "completed",
+                    "receipt": {"stored": "recallAnswersReleased", "stateVersion": version},
+                    "answers": workflow["answers"],
+                    "gradingCapability": workflow["gradingCapability"],
+                    "context": factual(ctx, false),
+                    "continuation": continuation("gradeGiveFeedbackAwaitConsent", true),
+                }),
+                summary(locale, "Sollantworten freigegeben.", "Reference answers released."),
+            ),
+        },
+        Some(Workflow::Exam { step, .. }) => match step {
+            aggregates::learning_journey::ExamStep::AwaitingWork => (
+                json!({
+                    "outcome": "completed",
+                    "receipt": {"stored": "examStarted", "stateVersion": version},
+                    "tasks": workflow["tasks"],
+                    "examCapability": workflow["examCapability"],
+                    "context": factual(ctx, false),
+                    "continuation": continuation("presentTasksAndAwaitWork", false),
+                }),
+                summary(locale, "Prüfung gestartet.", "Exam started."),
+            ),
+            aggregates::learning_journey::ExamStep::SolutionsReleased => (
+                json!({
+                    "outcome": "completed",
+                    "receipt": {"stored": "examSolutionsReleased", "stateVersion": version},
+                    "solutions": workflow["solutions"],
+                    "scoringCapability": workflow["scoringCapability"],
+                    "context": factual(ctx, false),
+                    "continuation": continuation("scoreGiveFeedbackAwaitConsent", true),
+                }),
+                summary(locale, "Lösungen freigegeben.", "Solutions released."),
+            ),
+        },
+        None => return Err(AppError::NotAllowed),
+    };
+    // The open workflow's capabilities appear once, at the top level of a step result.
+    let mut structured = structured;
+    if let Some(ctx) = structured.get_mut("context").and_then(Value::as_object_mut) {
+        ctx.remove("openWorkflow");
+    }
+    Ok(ToolOutput { structured, summary: text, meta: None, events_appended, journey_id: Some(session.row.journey_id.clone()) })
+}
+
+fn render(app: &App, session: &ActiveSession, args: &Value) -> Result<ToolOutput, AppError> {
+    let state = &session.loaded.state;
+    let goal_id = args["goalId"].as_str().unwrap_or_default();
+    let version = args["expectedStateVersion"].as_u64().unwrap_or(u64::MAX);
+    if version != state.version {
+        return Err(AppError::StateConflict { current: state.version });
+    }
+    // Only the pair the backend issued for the current state: the active goal being taught.
+    let issued = state.active_goal.as_deref() == Some(goal_id) && state.next == NextStep::Teach && state.workflow.is_none();
+    let goal = session.pack.goal(goal_id).filter(|_| issued).ok_or(AppError::NotAllowed)?;
+    let vis = goal.visualization.as_ref().ok_or(AppError::NotAllowed)?;
+    let locale = state.locale.as_str();
+    let meta = json!({
+        "skillpilot/goalPicture": {
+            "svg": vis.svg,
+            "alt": session.pack.text(&vis.alt, locale),
+            "title": session.pack.text(&goal.title, locale),
+        }
+    });
+    let _ = app;
+    Ok(ToolOutput {
+        structured: json!({"outcome": "completed", "rendered": true}),
+        summary: summary(locale, "Bild angezeigt.", "Picture shown."),
+        meta: Some(meta),
+        events_appended: 0,
+        journey_id: Some(session.row.journey_id.clone()),
+    })
+}
+
+/// The recovery of an error (SPEC §5.3 table): the start URL for session errors, a reload
+/// proposal where that is the safe recovery, nothing for malformed calls.
+pub fn recovery(err: &AppError, locale: &str, start_url: &str) -> Option<Value> {
+    let reload = || {
+        json!({
+            "instruction": summary(locale, "Lade den Lernstand einmal neu und entscheide dann erneut.", "Reload the learning state once, then decide again."),
+            "proposal": {"name": "get_skillpilot_learning_context", "arguments": {}}
+        })
+    };
+    match err {
+        AppError::SessionRequired | AppError::SessionExpired | AppError::SessionInvalid => Some(json!({
+            "instruction": summary(locale, "Bitte starte unter diesem Link eine Lernsitzung und komm dann zurück in den Chat.", "Please start a learning session at this link, then come back to the chat."),
+            "url": start_url,
+        })),
+        AppError::CapabilityInvalid
+        | AppError::CapabilityExpired
+        | AppError::StateConflict { .. }
+        | AppError::OptionInvalid
+        | AppError::CapabilityUsed
+        | AppError::NotAllowed => Some(reload()),
+        AppError::NotEligible { .. } => Some(json!({
+            "instruction": summary(locale, "Die Prüfung wird freigegeben, sobald alle Ziele gemeistert sind; lerne zuerst die offenen Ziele.", "The exam is released once every goal is mastered; learn the open goals first."),
+        })),
+        _ => None,
+    }
+}
