@@ -4,4 +4,5 @@
 
 mod helpers;
 mod http;
+mod mcp_journeys;
 mod store;
