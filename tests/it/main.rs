@@ -4,5 +4,6 @@
 
 mod helpers;
 mod http;
+mod mcp_contract;
 mod mcp_journeys;
 mod store;

@@ -1,0 +1,411 @@
+//! Contract tests of the ten tools over `/mcp` (raw JSON-RPC over real HTTP): valid, invalid
+//! and adversarial inputs. Every refusal asserts its code, that no event was written, and that
+//! the database holds none of the rejected text.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use skillpilot::app::sessions::StartSession;
+use skillpilot::mcp::{tool_list, SKILL_MD};
+
+use crate::both_stores;
+use crate::helpers::TestApp;
+
+const SECRET: &str = "MY-PRIVATE-CHAT-TEXT-4711";
+
+struct Coach {
+    token: String,
+    sid: String,
+}
+
+async fn rpc(t: &TestApp, token: Option<&str>, method: &str, params: Value) -> reqwest::Response {
+    let mut req = t
+        .http
+        .post(format!("{}/mcp", t.base_url))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}));
+    if method != "initialize" {
+        req = req.header("mcp-protocol-version", "2025-06-18");
+    }
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    req.send().await.unwrap()
+}
+
+async fn call(t: &TestApp, token: &str, name: &str, args: Value) -> (bool, Value) {
+    let r = rpc(t, Some(token), "tools/call", json!({"name": name, "arguments": args})).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let result = &body["result"];
+    assert!(result.is_object(), "no result: {body}");
+    (result["isError"] == true, result["structuredContent"].clone())
+}
+
+async fn coach(t: &TestApp) -> Coach {
+    let token = t.learner("Ada").await;
+    let principal = t.principal(&token).await;
+    t.app.start_session(&principal, StartSession::default()).await.unwrap();
+    let (err, ctx) = call(t, &token, "get_skillpilot_learning_context", json!({})).await;
+    assert!(!err, "{ctx}");
+    Coach { token, sid: ctx["learningSessionId"].as_str().unwrap().to_owned() }
+}
+
+impl Coach {
+    async fn ctx(&self, t: &TestApp) -> Value {
+        let (err, ctx) = call(t, &self.token, "get_skillpilot_learning_context", json!({"learningSessionId": self.sid})).await;
+        assert!(!err, "{ctx}");
+        ctx
+    }
+
+    async fn call(&self, t: &TestApp, name: &str, mut args: Value) -> (bool, Value) {
+        if args.get("learningSessionId").is_none() {
+            args["learningSessionId"] = json!(self.sid);
+        }
+        call(t, &self.token, name, args).await
+    }
+}
+
+/// Counts of all events and a dump of every stored text that could hold input.
+async fn storage(t: &TestApp) -> (usize, String) {
+    let mut all = String::new();
+    let mut count = 0;
+    t.app
+        .list_events(&Default::default(), |v| {
+            count += 1;
+            all.push_str(&v.to_string());
+        })
+        .await
+        .unwrap();
+    for (_, _, payload) in t.app.store.views(skillpilot::store::ViewTable::Context).await.unwrap() {
+        all.push_str(&payload.to_string());
+    }
+    for row in t.app.store.tool_calls().await.unwrap() {
+        all.push_str(&format!("{row:?}"));
+    }
+    (count, all)
+}
+
+#[track_caller]
+fn assert_code(result: &(bool, Value), code: &str) {
+    assert!(result.0, "expected {code}, got success {}", result.1);
+    assert_eq!(result.1["error"]["code"], code, "{}", result.1);
+    assert!(!result.1.to_string().contains(SECRET), "the rejected value is echoed: {}", result.1);
+}
+
+async fn refused(t: &TestApp, c: &Coach, name: &str, args: Value, code: &str) {
+    let before = storage(t).await.0;
+    let result = c.call(t, name, args).await;
+    assert_code(&result, code);
+    let (after, stored) = storage(t).await;
+    assert_eq!(after, before, "{name} wrote an event although refused with {code}");
+    assert!(!stored.contains(SECRET), "rejected text reached storage");
+}
+
+async fn the_mcp_endpoint_refuses_callers_without_a_learner_bearer(t: Arc<TestApp>) {
+    for token in [None, Some("spl_forged")] {
+        let r = rpc(&t, token, "tools/list", json!({})).await;
+        assert_eq!(r.status(), 401);
+        assert!(r.headers().get("www-authenticate").is_some());
+    }
+    let operator = t.app.create_staff_token(skillpilot::app::identity::Role::Operator).await.unwrap();
+    assert_eq!(rpc(&t, Some(&operator), "tools/list", json!({})).await.status(), 403);
+    assert!(t.app.store.tool_calls().await.unwrap().is_empty(), "no tool ran");
+}
+
+async fn initialize_negotiates_and_carries_skill_md_as_instructions(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    for (asked, answered) in [("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"), ("2099-01-01", "2025-11-25")] {
+        let r = rpc(&t, Some(&token), "initialize", json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["result"]["protocolVersion"], answered, "{body}");
+        assert_eq!(body["result"]["instructions"], SKILL_MD);
+    }
+}
+
+async fn published_schemas_are_closed_and_free_of_free_text_fields(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    let body: Value = rpc(&t, Some(&token), "tools/list", json!({})).await.json().await.unwrap();
+    let tools = body["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 10);
+    assert_eq!(tools.len(), tool_list().len());
+    fn walk(schema: &Value, tool: &str) {
+        if schema["type"] == "object" {
+            assert_eq!(schema["additionalProperties"], false, "{tool}: {schema}");
+            for (name, sub) in schema["properties"].as_object().unwrap() {
+                assert!(!skillpilot::mcp::schema::is_forbidden(name), "{tool} publishes {name}");
+                walk(sub, tool);
+            }
+        }
+        if schema["type"] == "array" {
+            walk(&schema["items"], tool);
+        }
+    }
+    for tool in tools {
+        let name = tool["name"].as_str().unwrap();
+        walk(&tool["inputSchema"], name);
+        let a = &tool["annotations"];
+        assert_eq!(a["openWorldHint"], false, "{name}");
+        assert_eq!(a["destructiveHint"], false, "{name}");
+        let read = name == "get_skillpilot_learning_context" || name == "render_skillpilot_goal_visualization";
+        assert_eq!(a["readOnlyHint"], read, "{name}");
+        assert!(tool["title"].is_string() && tool["description"].as_str().unwrap().contains("Do not call"), "{name}");
+        assert_eq!(tool["outputSchema"]["type"], "object");
+        assert_eq!(tool["outputSchema"]["oneOf"].as_array().unwrap().len(), 2, "success and error exits");
+        let ui = tool["_meta"]["ui"]["resourceUri"].as_str();
+        assert_eq!(ui.is_some(), name == "render_skillpilot_goal_visualization", "{name}: only the renderer is UI-bound");
+        if let Some(uri) = ui {
+            assert_eq!(tool["_meta"]["openai/outputTemplate"], uri);
+            let read: Value = rpc(&t, Some(&token), "resources/read", json!({"uri": uri})).await.json().await.unwrap();
+            assert_eq!(read["result"]["contents"][0]["mimeType"], "text/html;profile=mcp-app");
+        }
+    }
+}
+
+async fn session_errors_send_the_learner_to_the_start_page_and_reveal_nothing(t: Arc<TestApp>) {
+    let lonely = t.learner("Lone").await;
+    let r = call(&t, &lonely, "get_skillpilot_learning_context", json!({})).await;
+    assert_code(&r, "SESSION_REQUIRED");
+    assert_eq!(r.1["error"]["recovery"]["url"], format!("{}/start", t.app.settings.public_url));
+    assert_eq!(r.1["error"]["recovery"].as_object().unwrap().len(), 2, "only url and instruction");
+
+    let a = coach(&t).await;
+    let b = coach(&t).await;
+    // B's session id under A's bearer: invalid, and nothing of B in the answer.
+    let r = call(&t, &a.token, "get_skillpilot_learning_context", json!({"learningSessionId": b.sid})).await;
+    assert_code(&r, "SESSION_INVALID");
+    let r = call(&t, &a.token, "complete_skillpilot_goal", json!({"learningSessionId": "v4.local.forged"})).await;
+    assert_code(&r, "SESSION_INVALID");
+    let r = call(&t, &a.token, "start_skillpilot_verified_recall", json!({})).await;
+    assert_code(&r, "SESSION_REQUIRED");
+
+    // 13 idle hours: expired; the gate says so too.
+    t.clock.advance(chrono::Duration::hours(13));
+    assert_code(&call(&t, &a.token, "get_skillpilot_learning_context", json!({"learningSessionId": a.sid})).await, "SESSION_EXPIRED");
+    assert_code(&call(&t, &a.token, "get_skillpilot_learning_context", json!({})).await, "SESSION_EXPIRED");
+}
+
+async fn repeated_gate_calls_return_the_same_session(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let (_, again) = call(&t, &c.token, "get_skillpilot_learning_context", json!({})).await;
+    let other = again["learningSessionId"].as_str().unwrap();
+    // Fresh nonce, same session: both ids work and address the same journey state.
+    let (_, via_first) = call(&t, &c.token, "get_skillpilot_learning_context", json!({"learningSessionId": c.sid})).await;
+    let (_, via_second) = call(&t, &c.token, "get_skillpilot_learning_context", json!({"learningSessionId": other})).await;
+    assert_eq!(via_first["stateVersion"], via_second["stateVersion"]);
+    assert_eq!(via_first["activeGoal"], via_second["activeGoal"]);
+}
+
+async fn unknown_and_forbidden_fields_are_refused_at_every_level_before_the_core(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let ctx = c.ctx(&t).await;
+    let v = ctx["stateVersion"].clone();
+    let good = |extra: Value| {
+        let mut a = json!({"expectedStateVersion": v, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60", "decision": {"evidence": "guided", "consent": "closeOnly"}});
+        if let Some(obj) = extra.as_object() {
+            for (k, val) in obj {
+                if k == "decision" {
+                    for (dk, dv) in val.as_object().unwrap() {
+                        a["decision"][dk] = dv.clone();
+                    }
+                } else {
+                    a[k] = val.clone();
+                }
+            }
+        }
+        a
+    };
+    for name in ["workFeedback", "outcome_feedback", "FEEDBACK", "last-feedback", "explanation", "answer", "summary", "reason", "comment", "lastFeedbackText", "coachRationale"] {
+        refused(&t, &c, "complete_skillpilot_goal", good(json!({name: SECRET})), "FORBIDDEN_FIELD").await;
+        refused(&t, &c, "complete_skillpilot_goal", good(json!({"decision": {name: SECRET}})), "FORBIDDEN_FIELD").await;
+    }
+    refused(&t, &c, "complete_skillpilot_goal", good(json!({"mood": SECRET})), "UNKNOWN_FIELD").await;
+    refused(&t, &c, "complete_skillpilot_goal", good(json!({"decision": {"confidence": SECRET}})), "UNKNOWN_FIELD").await;
+    let r = c.call(&t, "complete_skillpilot_goal", good(json!({SECRET: 1, "x": 2}))).await;
+    assert_code(&r, "UNKNOWN_FIELD");
+    assert_eq!(r.1["error"]["evidence"]["unknownFields"], 2, "unknown keys are counted, never named");
+    refused(&t, &c, "get_skillpilot_learning_context", json!({"note": SECRET}), "UNKNOWN_FIELD").await;
+    refused(&t, &c, "choose_skillpilot_option", json!({"option": {"optionToken": "x", "why": SECRET}}), "UNKNOWN_FIELD").await;
+    refused(&t, &c, "choose_skillpilot_option", json!({"option": {"optionToken": "x", "reasonText": SECRET}}), "FORBIDDEN_FIELD").await;
+    refused(&t, &c, "record_skillpilot_verified_recall_results", json!({"gradingCapability": "x", "assessments": [{"passed": true, "feedback": SECRET}]}), "FORBIDDEN_FIELD").await;
+    refused(&t, &c, "record_skillpilot_exam_scores", json!({"scoringCapability": "x", "scores": [{"points": 1, "comment": SECRET}]}), "FORBIDDEN_FIELD").await;
+}
+
+async fn wrong_types_and_ranges_name_the_field_and_never_echo_the_value(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let v = c.ctx(&t).await["stateVersion"].clone();
+    let cases = [
+        (json!({"expectedStateVersion": v, "clientRequestId": SECRET, "decision": {"evidence": "guided", "consent": "closeOnly"}}), "clientRequestId"),
+        (json!({"expectedStateVersion": SECRET, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60", "decision": {"evidence": "guided", "consent": "closeOnly"}}), "expectedStateVersion"),
+        (json!({"expectedStateVersion": v, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60", "decision": {"evidence": SECRET, "consent": "closeOnly"}}), "decision.evidence"),
+        (json!({"expectedStateVersion": v, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60"}), "decision"),
+    ];
+    for (args, field) in cases {
+        let before = storage(&t).await.0;
+        let r = c.call(&t, "complete_skillpilot_goal", args).await;
+        assert_code(&r, "VALIDATION_FAILED");
+        assert_eq!(r.1["error"]["evidence"]["field"], field);
+        assert_eq!(storage(&t).await.0, before);
+    }
+    refused(&t, &c, "record_skillpilot_exam_scores", json!({"scoringCapability": "x", "scores": [{"points": -1}]}), "VALIDATION_FAILED").await;
+    refused(&t, &c, "record_skillpilot_exam_scores", json!({"scoringCapability": "x", "scores": []}), "VALIDATION_FAILED").await;
+}
+
+async fn complete_goal_retries_conflicts_and_key_reuse(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    let args = |evidence: &str, version: u64| json!({"expectedStateVersion": version, "clientRequestId": "5a0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": evidence, "consent": "closeOnly"}});
+    refused(&t, &c, "complete_skillpilot_goal", json!({"expectedStateVersion": v - 1, "clientRequestId": "6a0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}}), "STATE_CONFLICT").await;
+    let first = c.call(&t, "complete_skillpilot_goal", args("independent", v)).await;
+    assert!(!first.0, "{}", first.1);
+    let events = storage(&t).await.0;
+    let retry = c.call(&t, "complete_skillpilot_goal", args("independent", v)).await;
+    assert_eq!(retry.1["receipt"], first.1["receipt"], "an exact retry returns the original receipt");
+    assert_eq!(storage(&t).await.0, events, "and writes nothing");
+    refused(&t, &c, "complete_skillpilot_goal", args("guided", v), "IDEMPOTENCY_KEY_REUSED").await;
+    let stale = c.call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": v, "clientRequestId": "7a0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}})).await;
+    assert_code(&stale, "STATE_CONFLICT");
+    assert_eq!(stale.1["outcome"], "rejected");
+    assert_eq!(stale.1["error"]["recovery"]["proposal"]["name"], "get_skillpilot_learning_context");
+    // Nothing is active now: completing again is not allowed by the state.
+    let now = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    refused(&t, &c, "complete_skillpilot_goal", json!({"expectedStateVersion": now, "clientRequestId": "8a0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}}), "NOT_ALLOWED").await;
+}
+
+async fn options_must_be_fresh_unaltered_and_the_learners_own(t: Arc<TestApp>) {
+    let a = coach(&t).await;
+    let b = coach(&t).await;
+    let ctx = a.ctx(&t).await;
+    let token = ctx["settings"]["options"][1]["payload"]["optionToken"].as_str().unwrap().to_owned();
+    // Altered: one character changed.
+    let mut altered = token.clone().into_bytes();
+    altered[30] = if altered[30] == b'a' { b'b' } else { b'a' };
+    refused(&t, &a, "choose_skillpilot_option", json!({"option": {"optionToken": String::from_utf8(altered).unwrap()}}), "OPTION_INVALID").await;
+    refused(&t, &a, "choose_skillpilot_option", json!({"option": {"optionToken": "v4.local.invented"}}), "OPTION_INVALID").await;
+    // Another learner's session cannot use A's option.
+    refused(&t, &b, "choose_skillpilot_option", json!({"option": {"optionToken": token}}), "OPTION_INVALID").await;
+    // Used once; an exact retry gets the original result; after the state moved on, an older option is stale.
+    let older = ctx["settings"]["options"][0]["payload"]["optionToken"].as_str().unwrap().to_owned();
+    let first = a.call(&t, "choose_skillpilot_option", json!({"option": {"optionToken": token}})).await;
+    assert!(!first.0, "{}", first.1);
+    let events = storage(&t).await.0;
+    let retry = a.call(&t, "choose_skillpilot_option", json!({"option": {"optionToken": token}})).await;
+    assert_eq!(retry.1["receipt"], first.1["receipt"]);
+    assert_eq!(storage(&t).await.0, events);
+    refused(&t, &a, "choose_skillpilot_option", json!({"option": {"optionToken": older}}), "OPTION_INVALID").await;
+}
+
+async fn capabilities_are_bound_to_their_step_session_and_payload(t: Arc<TestApp>) {
+    let a = coach(&t).await;
+    let b = coach(&t).await;
+    let v = a.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    a.call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": v, "clientRequestId": "aa0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "independent", "consent": "closeAndContinue"}})).await;
+    let (_, started) = a.call(&t, "start_skillpilot_verified_recall", json!({})).await;
+    let batch = started["batchCapability"].as_str().unwrap().to_owned();
+    // Start again while open: the same batch.
+    let (_, again) = a.call(&t, "start_skillpilot_verified_recall", json!({})).await;
+    assert_eq!(again["questions"], started["questions"]);
+    // Wrong step, wrong session, forged.
+    refused(&t, &a, "record_skillpilot_verified_recall_results", json!({"gradingCapability": batch, "assessments": [{"passed": true}]}), "CAPABILITY_INVALID").await;
+    refused(&t, &b, "get_skillpilot_verified_recall_answers", json!({"batchCapability": batch}), "CAPABILITY_INVALID").await;
+    refused(&t, &a, "get_skillpilot_verified_recall_answers", json!({"batchCapability": "v4.local.forged"}), "CAPABILITY_INVALID").await;
+    let (_, answers) = a.call(&t, "get_skillpilot_verified_recall_answers", json!({"batchCapability": batch})).await;
+    let grading = answers["gradingCapability"].as_str().unwrap().to_owned();
+    // Incomplete assessments are refused by the backend.
+    refused(&t, &a, "record_skillpilot_verified_recall_results", json!({"gradingCapability": grading, "assessments": [{"passed": true}]}), "INCOMPLETE_ASSESSMENTS").await;
+    let ok = a.call(&t, "record_skillpilot_verified_recall_results", json!({"gradingCapability": grading, "assessments": [{"passed": true}, {"passed": true}, {"passed": true}]})).await;
+    assert!(!ok.0, "{}", ok.1);
+    let events = storage(&t).await.0;
+    let retry = a.call(&t, "record_skillpilot_verified_recall_results", json!({"gradingCapability": grading, "assessments": [{"passed": true}, {"passed": true}, {"passed": true}]})).await;
+    assert_eq!(retry.1["receipt"], ok.1["receipt"], "exact retry: original receipt");
+    assert_eq!(storage(&t).await.0, events);
+    refused(&t, &a, "record_skillpilot_verified_recall_results", json!({"gradingCapability": grading, "assessments": [{"passed": false}, {"passed": true}, {"passed": true}]}), "CAPABILITY_USED").await;
+    // The release step retried exactly, even after the batch was stored: its original result, no write.
+    let events = storage(&t).await.0;
+    let (err, again) = a.call(&t, "get_skillpilot_verified_recall_answers", json!({"batchCapability": batch})).await;
+    assert!(!err, "{again}");
+    assert_eq!(again["answers"], answers["answers"]);
+    assert_eq!(storage(&t).await.0, events);
+}
+
+async fn a_capability_past_its_expiry_is_expired(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    c.call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": v, "clientRequestId": "ba0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "independent", "consent": "closeAndContinue"}})).await;
+    let (_, started) = c.call(&t, "start_skillpilot_verified_recall", json!({})).await;
+    let cap = started["batchCapability"].as_str().unwrap().to_owned();
+    // Keep the session alive with other writes (a setting may change while a batch is open).
+    for _ in 0..2 {
+        t.clock.advance(chrono::Duration::hours(11));
+        let ctx = c.ctx(&t).await;
+        let toggle = ctx["settings"]["options"].as_array().unwrap().iter().find(|o| o["kind"] == "autopilot").unwrap()["payload"].clone();
+        let (err, r) = c.call(&t, "choose_skillpilot_option", json!({"option": toggle})).await;
+        assert!(!err, "{r}");
+    }
+    t.clock.advance(chrono::Duration::hours(3));
+    refused(&t, &c, "get_skillpilot_verified_recall_answers", json!({"batchCapability": cap}), "CAPABILITY_EXPIRED").await;
+    // The fresh context republishes a current capability for the same step.
+    let fresh = c.ctx(&t).await["openWorkflow"]["batchCapability"].as_str().unwrap().to_owned();
+    let (err, r) = c.call(&t, "get_skillpilot_verified_recall_answers", json!({"batchCapability": fresh})).await;
+    assert!(!err, "{r}");
+}
+
+async fn the_exam_refuses_early_starts_and_out_of_range_points(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let r = c.call(&t, "start_skillpilot_exam", json!({})).await;
+    assert_code(&r, "NOT_ELIGIBLE");
+    assert_eq!(r.1["outcome"], "rejected");
+    assert_eq!(r.1["error"]["evidence"]["missingGoals"], 13);
+    assert!(r.1["error"]["recovery"]["instruction"].is_string());
+    refused(&t, &c, "get_skillpilot_exam_solutions", json!({"examCapability": "v4.local.forged"}), "CAPABILITY_INVALID").await;
+}
+
+async fn the_renderer_accepts_only_the_pair_issued_for_the_current_state(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    refused(&t, &c, "render_skillpilot_goal_visualization", json!({"goalId": "divide", "expectedStateVersion": v}), "NOT_ALLOWED").await;
+    refused(&t, &c, "render_skillpilot_goal_visualization", json!({"goalId": "part-of-whole", "expectedStateVersion": v + 5}), "STATE_CONFLICT").await;
+    let (err, ok) = c.call(&t, "render_skillpilot_goal_visualization", json!({"goalId": "part-of-whole", "expectedStateVersion": v})).await;
+    assert!(!err, "{ok}");
+    assert_eq!(ok, json!({"outcome": "completed", "rendered": true}));
+}
+
+async fn every_tool_writes_its_own_started_and_one_exit(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    for tool in tool_list() {
+        c.call(&t, tool["name"].as_str().unwrap(), json!({})).await;
+    }
+    let rows = t.app.store.tool_calls().await.unwrap();
+    for tool in tool_list() {
+        let name = tool["name"].as_str().unwrap();
+        assert!(rows.iter().any(|(t, p, w, _)| t == name && p == "started" && w == "handler"), "{name} has no own started");
+    }
+    let started = rows.iter().filter(|r| r.1 == "started").count();
+    let exits = rows.iter().filter(|r| r.1 != "started").count();
+    assert_eq!(started, exits);
+    assert!(rows.iter().filter(|r| r.1 != "started").all(|r| r.2 == "handler"));
+    // A call that names no tool: the dispatcher writes the error exit.
+    let r = rpc(&t, Some(&c.token), "tools/call", json!({"name": "delete_everything", "arguments": {}})).await;
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"].is_object(), "{body}");
+    let rows = t.app.store.tool_calls().await.unwrap();
+    assert!(rows.iter().any(|r| r.1 == "error" && r.2 == "dispatcher"));
+}
+
+both_stores!(
+    the_mcp_endpoint_refuses_callers_without_a_learner_bearer,
+    initialize_negotiates_and_carries_skill_md_as_instructions,
+    published_schemas_are_closed_and_free_of_free_text_fields,
+    session_errors_send_the_learner_to_the_start_page_and_reveal_nothing,
+    repeated_gate_calls_return_the_same_session,
+    unknown_and_forbidden_fields_are_refused_at_every_level_before_the_core,
+    wrong_types_and_ranges_name_the_field_and_never_echo_the_value,
+    complete_goal_retries_conflicts_and_key_reuse,
+    options_must_be_fresh_unaltered_and_the_learners_own,
+    capabilities_are_bound_to_their_step_session_and_payload,
+    a_capability_past_its_expiry_is_expired,
+    the_exam_refuses_early_starts_and_out_of_range_points,
+    the_renderer_accepts_only_the_pair_issued_for_the_current_state,
+    every_tool_writes_its_own_started_and_one_exit,
+);
