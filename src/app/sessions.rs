@@ -156,7 +156,9 @@ impl App {
         let tz = row.time_zone.parse::<Tz>().unwrap_or(chrono_tz::UTC);
         let pack = self.pack_of(&loaded.state)?;
         let started = DateTime::<Utc>::from_timestamp_millis(row.started_ms).unwrap_or(now);
-        let token = self.keys.seal_session(&SessionClaims { sid: row.session_id.clone(), exp: (started + self.settings.session_absolute).timestamp() });
+        let token = self
+            .keys
+            .seal_session(&SessionClaims { sid: row.session_id.clone(), exp: (started + self.settings.session_absolute).timestamp() });
         Ok(ActiveSession { row, tz, pack, loaded, token })
     }
 

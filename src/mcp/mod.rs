@@ -203,7 +203,11 @@ impl ServerHandler for CoachServer {
         }
     }
 
-    async fn list_resources(&self, _: Option<PaginatedRequestParams>, _: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+    async fn list_resources(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
         from_json(json!({"resources": [{
             "uri": WIDGET_URI,
             "name": "goal-picture",
@@ -212,7 +216,11 @@ impl ServerHandler for CoachServer {
         }]}))
     }
 
-    async fn read_resource(&self, request: ReadResourceRequestParams, _: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
         if request.uri != WIDGET_URI {
             return Err(McpError::resource_not_found("no such resource", None));
         }
@@ -257,4 +265,38 @@ pub fn router(app: Arc<App>, settings: &McpSettings) -> Router {
     let server = CoachServer { app: app.clone() };
     let service = StreamableHttpService::new(move || Ok(server.clone()), Arc::new(LocalSessionManager::default()), config);
     Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn_with_state(app, require_learner))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SKILL_MD;
+
+    /// Shorter texts must never weaken privacy, grading or state rules (SPEC §4a).
+    #[test]
+    fn skill_md_keeps_the_privacy_grading_and_state_rules() {
+        let rules = [
+            "exactly one fresh context",
+            "at most one unambiguous change",
+            "Do not reload after it",
+            "reload once and re-evaluate",
+            "`communicationLocale` of the latest full result",
+            "wait for the answer",
+            "judge each answer by its meaning",
+            "only with the matching receipt",
+            "retry exactly",
+            "no technical workaround, no promised later save",
+            "start instruction only",
+            "Never explain, reconstruct or ask for the `learningSessionId`",
+            "never ask the learner for technical values",
+            "Chat texts, feedback and rationales are never sent",
+            "copy the option payload unchanged",
+            "called exactly once, at once",
+            "A pause triggers neither the next content nor its picture",
+        ];
+        // Line breaks are layout, not content.
+        let text = SKILL_MD.split_whitespace().collect::<Vec<_>>().join(" ");
+        for rule in rules {
+            assert!(text.contains(rule), "SKILL.md lost the rule: {rule}");
+        }
+    }
 }

@@ -267,7 +267,12 @@ fn continuation(action: &str, consent_required: bool) -> Value {
 }
 
 /// Runs a tool by name. `Ok(None)` means the name is no tool.
-pub async fn dispatch(app: &Arc<App>, principal: &Principal, name: &str, args: Value) -> Option<Result<ToolOutput, (AppError, String, Option<String>)>> {
+pub async fn dispatch(
+    app: &Arc<App>,
+    principal: &Principal,
+    name: &str,
+    args: Value,
+) -> Option<Result<ToolOutput, (AppError, String, Option<String>)>> {
     let def = definitions().into_iter().find(|d| d.name == name)?;
     Some(run(app, principal, &def, args).await)
 }
@@ -288,7 +293,32 @@ async fn run(app: &Arc<App>, principal: &Principal, def: &ToolDef, args: Value) 
     let locale = session.loaded.state.locale.clone();
     let journey = Some(session.row.journey_id.clone());
     validate(&args, &def.input).map_err(|e| fail(e, &locale, journey.clone()))?;
-    handle(app, def, &session, &args).await.map_err(|e| fail(e, &locale, journey))
+    match handle(app, def, &session, &args).await {
+        // A write that cannot proceed without the learner's decision: the current decision
+        // point, unchanged, as a clarification (SPEC §5.3) rather than a rejection.
+        Err(AppError::NotAllowed) if def.kind == Kind::Write => {
+            clarification(app, &session).await.map_err(|e| fail(e, &locale, journey.clone()))
+        }
+        other => other.map_err(|e| fail(e, &locale, journey)),
+    }
+}
+
+async fn clarification(app: &App, session: &ActiveSession) -> Result<ToolOutput, AppError> {
+    let loaded = app.load_journey(&session.row.journey_id).await?;
+    let ctx = context_json(app, session, &loaded.state);
+    if ctx.options.is_empty() || ctx.required_action != projections::full_context::RequiredAction::ChooseOption {
+        return Err(AppError::NotAllowed);
+    }
+    let mut structured = serde_json::to_value(ctx).map_err(|_| AppError::Internal)?;
+    structured["outcome"] = json!("clarification");
+    let locale = loaded.state.locale.as_str();
+    Ok(ToolOutput {
+        structured,
+        summary: summary(locale, "Erst ist eine Entscheidung nötig.", "A decision is needed first."),
+        meta: None,
+        events_appended: 0,
+        journey_id: Some(session.row.journey_id.clone()),
+    })
 }
 
 async fn handle(app: &Arc<App>, def: &ToolDef, session: &ActiveSession, args: &Value) -> Result<ToolOutput, AppError> {
@@ -353,7 +383,10 @@ async fn handle(app: &Arc<App>, def: &ToolDef, session: &ActiveSession, args: &V
             let executed = app.execute(command(JourneyCommand::StartExam, None, None), None).await?;
             workflow_result(app, session, &executed, locale)
         }
-        "get_skillpilot_verified_recall_answers" | "get_skillpilot_exam_solutions" | "record_skillpilot_verified_recall_results" | "record_skillpilot_exam_scores" => {
+        "get_skillpilot_verified_recall_answers"
+        | "get_skillpilot_exam_solutions"
+        | "record_skillpilot_verified_recall_results"
+        | "record_skillpilot_exam_scores" => {
             let (field, step) = match def.name {
                 "get_skillpilot_verified_recall_answers" => ("batchCapability", CapabilityStep::RecallAnswers),
                 "get_skillpilot_exam_solutions" => ("examCapability", CapabilityStep::ExamSolutions),
@@ -370,12 +403,14 @@ async fn handle(app: &Arc<App>, def: &ToolDef, session: &ActiveSession, args: &V
                 CapabilityStep::RecallAnswers => (JourneyCommand::ReleaseRecallAnswers { instance }, Value::Null),
                 CapabilityStep::ExamSolutions => (JourneyCommand::ReleaseExamSolutions { instance }, Value::Null),
                 CapabilityStep::RecallGrading => {
-                    let passed: Vec<bool> = args["assessments"].as_array().into_iter().flatten().map(|a| a["passed"].as_bool().unwrap_or(false)).collect();
+                    let passed: Vec<bool> =
+                        args["assessments"].as_array().into_iter().flatten().map(|a| a["passed"].as_bool().unwrap_or(false)).collect();
                     let payload = json!(passed);
                     (JourneyCommand::RecordRecallResults { instance, passed }, payload)
                 }
                 CapabilityStep::ExamScoring => {
-                    let points: Vec<f64> = args["scores"].as_array().into_iter().flatten().map(|s| s["points"].as_f64().unwrap_or(-1.0)).collect();
+                    let points: Vec<f64> =
+                        args["scores"].as_array().into_iter().flatten().map(|s| s["points"].as_f64().unwrap_or(-1.0)).collect();
                     let payload = json!(points);
                     (JourneyCommand::RecordExamScores { instance, points }, payload)
                 }
@@ -440,7 +475,13 @@ fn write_result(app: &App, session: &ActiveSession, executed: &Executed, kind: W
         "examScores" => summary(locale, "Prüfungspunkte gespeichert.", "Exam scores saved."),
         _ => summary(locale, "Auswahl gespeichert.", "Choice saved."),
     };
-    let output = |structured: Value| ToolOutput { structured, summary: text.clone(), meta: None, events_appended, journey_id: Some(session.row.journey_id.clone()) };
+    let output = |structured: Value| ToolOutput {
+        structured,
+        summary: text.clone(),
+        meta: None,
+        events_appended,
+        journey_id: Some(session.row.journey_id.clone()),
+    };
 
     if let Some(render) = render_call(executed) {
         return Ok(output(json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, true), "continuation": render})));
@@ -459,11 +500,13 @@ fn write_result(app: &App, session: &ActiveSession, executed: &Executed, kind: W
                 NextStep::AwaitContinuation => ("awaitLearnerContinuation", false, false),
                 _ => ("confirmCompletion", false, false),
             };
-            Ok(output(json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, keep), "continuation": continuation(action, consent)})))
+            Ok(output(
+                json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, keep), "continuation": continuation(action, consent)}),
+            ))
         }
-        WriteKind::ExamScores => {
-            Ok(output(json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, false), "continuation": continuation("reportExamResult", false)})))
-        }
+        WriteKind::ExamScores => Ok(output(
+            json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, false), "continuation": continuation("reportExamResult", false)}),
+        )),
     }
 }
 

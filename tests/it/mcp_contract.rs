@@ -111,17 +111,58 @@ async fn the_mcp_endpoint_refuses_callers_without_a_learner_bearer(t: Arc<TestAp
     }
     let operator = t.app.create_staff_token(skillpilot::app::identity::Role::Operator).await.unwrap();
     assert_eq!(rpc(&t, Some(&operator), "tools/list", json!({})).await.status(), 403);
+    // A browser Origin that is not allowed (DNS rebinding, cross-site pages) is refused.
+    let learner = t.learner("Ada").await;
+    let r = t
+        .http
+        .post(format!("{}/mcp", t.base_url))
+        .bearer_auth(&learner)
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_skillpilot_learning_context", "arguments": {}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
     assert!(t.app.store.tool_calls().await.unwrap().is_empty(), "no tool ran");
 }
 
 async fn initialize_negotiates_and_carries_skill_md_as_instructions(t: Arc<TestApp>) {
     let token = t.learner("Ada").await;
     for (asked, answered) in [("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"), ("2099-01-01", "2025-11-25")] {
-        let r = rpc(&t, Some(&token), "initialize", json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
+        let r = rpc(
+            &t,
+            Some(&token),
+            "initialize",
+            json!({"protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        )
+        .await;
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["result"]["protocolVersion"], answered, "{body}");
         assert_eq!(body["result"]["instructions"], SKILL_MD);
     }
+    // The 2026-07-28 discovery call carries the same instructions.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}
+    });
+    let r = t
+        .http
+        .post(format!("{}/mcp", t.base_url))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "server/discover")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}))
+        .send()
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["result"]["instructions"], SKILL_MD, "{body}");
+    assert!(body["result"]["supportedVersions"].as_array().unwrap().contains(&json!("2025-06-18")));
 }
 
 async fn published_schemas_are_closed_and_free_of_free_text_fields(t: Arc<TestApp>) {
@@ -216,7 +257,19 @@ async fn unknown_and_forbidden_fields_are_refused_at_every_level_before_the_core
         }
         a
     };
-    for name in ["workFeedback", "outcome_feedback", "FEEDBACK", "last-feedback", "explanation", "answer", "summary", "reason", "comment", "lastFeedbackText", "coachRationale"] {
+    for name in [
+        "workFeedback",
+        "outcome_feedback",
+        "FEEDBACK",
+        "last-feedback",
+        "explanation",
+        "answer",
+        "summary",
+        "reason",
+        "comment",
+        "lastFeedbackText",
+        "coachRationale",
+    ] {
         refused(&t, &c, "complete_skillpilot_goal", good(json!({name: SECRET})), "FORBIDDEN_FIELD").await;
         refused(&t, &c, "complete_skillpilot_goal", good(json!({"decision": {name: SECRET}})), "FORBIDDEN_FIELD").await;
     }
@@ -228,17 +281,40 @@ async fn unknown_and_forbidden_fields_are_refused_at_every_level_before_the_core
     refused(&t, &c, "get_skillpilot_learning_context", json!({"note": SECRET}), "UNKNOWN_FIELD").await;
     refused(&t, &c, "choose_skillpilot_option", json!({"option": {"optionToken": "x", "why": SECRET}}), "UNKNOWN_FIELD").await;
     refused(&t, &c, "choose_skillpilot_option", json!({"option": {"optionToken": "x", "reasonText": SECRET}}), "FORBIDDEN_FIELD").await;
-    refused(&t, &c, "record_skillpilot_verified_recall_results", json!({"gradingCapability": "x", "assessments": [{"passed": true, "feedback": SECRET}]}), "FORBIDDEN_FIELD").await;
-    refused(&t, &c, "record_skillpilot_exam_scores", json!({"scoringCapability": "x", "scores": [{"points": 1, "comment": SECRET}]}), "FORBIDDEN_FIELD").await;
+    refused(
+        &t,
+        &c,
+        "record_skillpilot_verified_recall_results",
+        json!({"gradingCapability": "x", "assessments": [{"passed": true, "feedback": SECRET}]}),
+        "FORBIDDEN_FIELD",
+    )
+    .await;
+    refused(
+        &t,
+        &c,
+        "record_skillpilot_exam_scores",
+        json!({"scoringCapability": "x", "scores": [{"points": 1, "comment": SECRET}]}),
+        "FORBIDDEN_FIELD",
+    )
+    .await;
 }
 
 async fn wrong_types_and_ranges_name_the_field_and_never_echo_the_value(t: Arc<TestApp>) {
     let c = coach(&t).await;
     let v = c.ctx(&t).await["stateVersion"].clone();
     let cases = [
-        (json!({"expectedStateVersion": v, "clientRequestId": SECRET, "decision": {"evidence": "guided", "consent": "closeOnly"}}), "clientRequestId"),
-        (json!({"expectedStateVersion": SECRET, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60", "decision": {"evidence": "guided", "consent": "closeOnly"}}), "expectedStateVersion"),
-        (json!({"expectedStateVersion": v, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60", "decision": {"evidence": SECRET, "consent": "closeOnly"}}), "decision.evidence"),
+        (
+            json!({"expectedStateVersion": v, "clientRequestId": SECRET, "decision": {"evidence": "guided", "consent": "closeOnly"}}),
+            "clientRequestId",
+        ),
+        (
+            json!({"expectedStateVersion": SECRET, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60", "decision": {"evidence": "guided", "consent": "closeOnly"}}),
+            "expectedStateVersion",
+        ),
+        (
+            json!({"expectedStateVersion": v, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60", "decision": {"evidence": SECRET, "consent": "closeOnly"}}),
+            "decision.evidence",
+        ),
         (json!({"expectedStateVersion": v, "clientRequestId": "3f1c2a9e-8b7d-4c6e-9f0a-1b2c3d4e5f60"}), "decision"),
     ];
     for (args, field) in cases {
@@ -248,7 +324,8 @@ async fn wrong_types_and_ranges_name_the_field_and_never_echo_the_value(t: Arc<T
         assert_eq!(r.1["error"]["evidence"]["field"], field);
         assert_eq!(storage(&t).await.0, before);
     }
-    refused(&t, &c, "record_skillpilot_exam_scores", json!({"scoringCapability": "x", "scores": [{"points": -1}]}), "VALIDATION_FAILED").await;
+    refused(&t, &c, "record_skillpilot_exam_scores", json!({"scoringCapability": "x", "scores": [{"points": -1}]}), "VALIDATION_FAILED")
+        .await;
     refused(&t, &c, "record_skillpilot_exam_scores", json!({"scoringCapability": "x", "scores": []}), "VALIDATION_FAILED").await;
 }
 
@@ -273,6 +350,21 @@ async fn complete_goal_retries_conflicts_and_key_reuse(t: Arc<TestApp>) {
     refused(&t, &c, "complete_skillpilot_goal", json!({"expectedStateVersion": now, "clientRequestId": "8a0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}}), "NOT_ALLOWED").await;
 }
 
+async fn a_write_that_needs_the_learners_decision_is_a_clarification(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    c.call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": v, "clientRequestId": "ca0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeAndContinue"}})).await;
+    let now = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    let events = storage(&t).await.0;
+    let (err, clar) = c.call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": now, "clientRequestId": "da0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}})).await;
+    assert!(!err, "{clar}");
+    assert_eq!(clar["outcome"], "clarification");
+    assert_eq!(clar["requiredAction"], "chooseOption");
+    assert_eq!(clar["options"].as_array().unwrap().len(), 2, "the mode choice");
+    assert_eq!(clar["stateVersion"], now);
+    assert_eq!(storage(&t).await.0, events, "nothing changed");
+}
+
 async fn options_must_be_fresh_unaltered_and_the_learners_own(t: Arc<TestApp>) {
     let a = coach(&t).await;
     let b = coach(&t).await;
@@ -281,7 +373,8 @@ async fn options_must_be_fresh_unaltered_and_the_learners_own(t: Arc<TestApp>) {
     // Altered: one character changed.
     let mut altered = token.clone().into_bytes();
     altered[30] = if altered[30] == b'a' { b'b' } else { b'a' };
-    refused(&t, &a, "choose_skillpilot_option", json!({"option": {"optionToken": String::from_utf8(altered).unwrap()}}), "OPTION_INVALID").await;
+    refused(&t, &a, "choose_skillpilot_option", json!({"option": {"optionToken": String::from_utf8(altered).unwrap()}}), "OPTION_INVALID")
+        .await;
     refused(&t, &a, "choose_skillpilot_option", json!({"option": {"optionToken": "v4.local.invented"}}), "OPTION_INVALID").await;
     // Another learner's session cannot use A's option.
     refused(&t, &b, "choose_skillpilot_option", json!({"option": {"optionToken": token}}), "OPTION_INVALID").await;
@@ -307,20 +400,53 @@ async fn capabilities_are_bound_to_their_step_session_and_payload(t: Arc<TestApp
     let (_, again) = a.call(&t, "start_skillpilot_verified_recall", json!({})).await;
     assert_eq!(again["questions"], started["questions"]);
     // Wrong step, wrong session, forged.
-    refused(&t, &a, "record_skillpilot_verified_recall_results", json!({"gradingCapability": batch, "assessments": [{"passed": true}]}), "CAPABILITY_INVALID").await;
+    refused(
+        &t,
+        &a,
+        "record_skillpilot_verified_recall_results",
+        json!({"gradingCapability": batch, "assessments": [{"passed": true}]}),
+        "CAPABILITY_INVALID",
+    )
+    .await;
     refused(&t, &b, "get_skillpilot_verified_recall_answers", json!({"batchCapability": batch}), "CAPABILITY_INVALID").await;
     refused(&t, &a, "get_skillpilot_verified_recall_answers", json!({"batchCapability": "v4.local.forged"}), "CAPABILITY_INVALID").await;
     let (_, answers) = a.call(&t, "get_skillpilot_verified_recall_answers", json!({"batchCapability": batch})).await;
     let grading = answers["gradingCapability"].as_str().unwrap().to_owned();
     // Incomplete assessments are refused by the backend.
-    refused(&t, &a, "record_skillpilot_verified_recall_results", json!({"gradingCapability": grading, "assessments": [{"passed": true}]}), "INCOMPLETE_ASSESSMENTS").await;
-    let ok = a.call(&t, "record_skillpilot_verified_recall_results", json!({"gradingCapability": grading, "assessments": [{"passed": true}, {"passed": true}, {"passed": true}]})).await;
+    refused(
+        &t,
+        &a,
+        "record_skillpilot_verified_recall_results",
+        json!({"gradingCapability": grading, "assessments": [{"passed": true}]}),
+        "INCOMPLETE_ASSESSMENTS",
+    )
+    .await;
+    let ok = a
+        .call(
+            &t,
+            "record_skillpilot_verified_recall_results",
+            json!({"gradingCapability": grading, "assessments": [{"passed": true}, {"passed": true}, {"passed": true}]}),
+        )
+        .await;
     assert!(!ok.0, "{}", ok.1);
     let events = storage(&t).await.0;
-    let retry = a.call(&t, "record_skillpilot_verified_recall_results", json!({"gradingCapability": grading, "assessments": [{"passed": true}, {"passed": true}, {"passed": true}]})).await;
+    let retry = a
+        .call(
+            &t,
+            "record_skillpilot_verified_recall_results",
+            json!({"gradingCapability": grading, "assessments": [{"passed": true}, {"passed": true}, {"passed": true}]}),
+        )
+        .await;
     assert_eq!(retry.1["receipt"], ok.1["receipt"], "exact retry: original receipt");
     assert_eq!(storage(&t).await.0, events);
-    refused(&t, &a, "record_skillpilot_verified_recall_results", json!({"gradingCapability": grading, "assessments": [{"passed": false}, {"passed": true}, {"passed": true}]}), "CAPABILITY_USED").await;
+    refused(
+        &t,
+        &a,
+        "record_skillpilot_verified_recall_results",
+        json!({"gradingCapability": grading, "assessments": [{"passed": false}, {"passed": true}, {"passed": true}]}),
+        "CAPABILITY_USED",
+    )
+    .await;
     // The release step retried exactly, even after the batch was stored: its original result, no write.
     let events = storage(&t).await.0;
     let (err, again) = a.call(&t, "get_skillpilot_verified_recall_answers", json!({"batchCapability": batch})).await;
@@ -365,7 +491,14 @@ async fn the_renderer_accepts_only_the_pair_issued_for_the_current_state(t: Arc<
     let c = coach(&t).await;
     let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
     refused(&t, &c, "render_skillpilot_goal_visualization", json!({"goalId": "divide", "expectedStateVersion": v}), "NOT_ALLOWED").await;
-    refused(&t, &c, "render_skillpilot_goal_visualization", json!({"goalId": "part-of-whole", "expectedStateVersion": v + 5}), "STATE_CONFLICT").await;
+    refused(
+        &t,
+        &c,
+        "render_skillpilot_goal_visualization",
+        json!({"goalId": "part-of-whole", "expectedStateVersion": v + 5}),
+        "STATE_CONFLICT",
+    )
+    .await;
     let (err, ok) = c.call(&t, "render_skillpilot_goal_visualization", json!({"goalId": "part-of-whole", "expectedStateVersion": v})).await;
     assert!(!err, "{ok}");
     assert_eq!(ok, json!({"outcome": "completed", "rendered": true}));
@@ -403,6 +536,7 @@ both_stores!(
     wrong_types_and_ranges_name_the_field_and_never_echo_the_value,
     complete_goal_retries_conflicts_and_key_reuse,
     options_must_be_fresh_unaltered_and_the_learners_own,
+    a_write_that_needs_the_learners_decision_is_a_clarification,
     capabilities_are_bound_to_their_step_session_and_payload,
     a_capability_past_its_expiry_is_expired,
     the_exam_refuses_early_starts_and_out_of_range_points,

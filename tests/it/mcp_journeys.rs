@@ -41,7 +41,8 @@ async fn play(t: &TestApp, journey: &str) -> (Value, String, String) {
 fn privacy_scan(t: &TestApp, trace: &Value, token: &str, learner_id: &str) {
     let pack = t.app.catalog.latest("fractions").unwrap();
     let key_material = t.keys_spec.split_once(':').unwrap().1;
-    let answers: Vec<String> = pack.leaves().flat_map(|g| g.cards.iter()).flat_map(|c| c.answer.values().cloned()).filter(|a| a.len() >= 30).collect();
+    let answers: Vec<String> =
+        pack.leaves().flat_map(|g| g.cards.iter()).flat_map(|c| c.answer.values().cloned()).filter(|a| a.len() >= 30).collect();
     let solutions: Vec<String> = pack.exam.tasks.iter().flat_map(|task| task.solution.values().cloned()).collect();
     for result in trace["results"].as_array().unwrap() {
         let text = result.to_string();
