@@ -138,7 +138,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Serve { addr, public_url, default_locale, allowed_hosts, allowed_origins } => {
-            settings.mcp = crate::mcp::McpSettings { allowed_hosts, allowed_origins };
+            settings.mcp = crate::mcp::McpSettings { allowed_hosts, allowed_origins, ..Default::default() };
             settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
             settings.addr = addr;
             settings.default_locale = default_locale;

@@ -34,18 +34,23 @@ use tools::{Kind, ToolOutput, WIDGET_URI};
 /// The coach behaviour, the single source of `initialize` `instructions`.
 pub const SKILL_MD: &str = include_str!("../../docs/SKILL.md");
 
-/// How long a tool handler may run before the dispatcher answers `INTERNAL` for it.
-const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
-
 const WIDGET_HTML: &str = include_str!("widget.html");
 
 /// MCP settings a deployment changes.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct McpSettings {
     /// Allowed `Host` values (loopback by default; a reverse proxy names its public host).
     pub allowed_hosts: Vec<String>,
     /// Allowed browser origins (`https://chatgpt.com:443`, …); empty rejects every Origin.
     pub allowed_origins: Vec<String>,
+    /// How long a tool handler may run before the dispatcher answers `INTERNAL` for it.
+    pub handler_timeout: Duration,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        Self { allowed_hosts: Vec::new(), allowed_origins: Vec::new(), handler_timeout: Duration::from_secs(30) }
+    }
 }
 
 /// The tool server: one per request (stateless), sharing the application.
@@ -179,7 +184,7 @@ impl ServerHandler for CoachServer {
         let name = request.name.to_string();
         let args = request.arguments.map(Value::Object).unwrap_or_else(|| json!({}));
         let handler = tokio::spawn(self.clone().handle(principal, call_id.clone(), name.clone(), args));
-        let outcome = tokio::time::timeout(HANDLER_TIMEOUT, handler).await;
+        let outcome = tokio::time::timeout(self.app.settings.mcp.handler_timeout, handler).await;
         let locale = self.app.settings.default_locale.clone();
         let dispatcher_error = |tool: &str, code: &'static str| {
             let mut row = self.row(&call_id, "error", "dispatcher", tool);

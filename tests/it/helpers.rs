@@ -77,6 +77,11 @@ async fn fresh_database(backend: Backend) -> (String, String) {
 }
 
 pub async fn spawn(backend: Backend) -> TestApp {
+    spawn_with(backend, |_| {}).await
+}
+
+/// A running application whose settings `adjust` changes first.
+pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> TestApp {
     let (db_url, _) = fresh_database(backend).await;
     let clock = Arc::new(ManualClock::at(t0()));
     let keys_spec = Keys::generate_spec().unwrap();
@@ -84,6 +89,7 @@ pub async fn spawn(backend: Backend) -> TestApp {
     settings.addr = "127.0.0.1:0".into();
     settings.content_dir = content_dir();
     settings.capability_keys = Some(keys_spec.clone());
+    adjust(&mut settings);
     let app = App::build(settings, clock.clone()).await.unwrap();
     let service = Application::build(app.clone()).await.unwrap();
     let base_url = format!("http://127.0.0.1:{}", service.port());
@@ -95,7 +101,8 @@ pub async fn spawn(backend: Backend) -> TestApp {
 }
 
 impl TestApp {
-    async fn teardown(mut self) {
+    /// Stops the service and drops the test database.
+    pub async fn teardown(mut self) {
         if let Some(tx) = self.shutdown.take() {
             tx.send(()).ok();
         }

@@ -125,6 +125,19 @@ async fn the_mcp_endpoint_refuses_callers_without_a_learner_bearer(t: Arc<TestAp
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
+    // A Host that is not configured (DNS rebinding) is refused too.
+    let r = t
+        .http
+        .post(format!("{}/mcp", t.base_url))
+        .bearer_auth(&learner)
+        .header("host", "evil.example")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
     assert!(t.app.store.tool_calls().await.unwrap().is_empty(), "no tool ran");
 }
 
@@ -543,3 +556,30 @@ both_stores!(
     the_renderer_accepts_only_the_pair_issued_for_the_current_state,
     every_tool_writes_its_own_started_and_one_exit,
 );
+
+/// A handler stuck behind a database lock: the dispatcher answers `INTERNAL` after the timeout
+/// and writes the only exit; the handler, finishing late, writes no second one. PostgreSQL only:
+/// there a lock on `events` blocks the handler but not the audit table (SQLite has one writer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_handler_gets_one_dispatcher_exit_and_no_second_one() {
+    use sqlx::Connection;
+    let t =
+        crate::helpers::spawn_with(crate::helpers::Backend::Postgres, |s| s.mcp.handler_timeout = std::time::Duration::from_millis(500))
+            .await;
+    let c = coach(&t).await;
+    let mut locker = sqlx::PgConnection::connect(&t.db_url).await.unwrap();
+    let mut tx = sqlx::Connection::begin(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE events IN ACCESS EXCLUSIVE MODE").execute(&mut *tx).await.unwrap();
+    let r = c.call(&t, "start_skillpilot_verified_recall", json!({})).await;
+    assert_code(&r, "INTERNAL");
+    assert!(r.1["error"]["recovery"].is_null(), "no claim, no workaround: {}", r.1);
+    tx.rollback().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let rows = t.app.store.tool_calls().await.unwrap();
+    let recall: Vec<_> = rows.iter().filter(|r| r.0 == "start_skillpilot_verified_recall").collect();
+    assert!(recall.iter().any(|r| r.1 == "started" && r.2 == "handler"), "{recall:?}");
+    let exits: Vec<_> = recall.iter().filter(|r| r.1 != "started").collect();
+    assert_eq!(exits.len(), 1, "{recall:?}");
+    assert_eq!((exits[0].1.as_str(), exits[0].2.as_str(), exits[0].3.as_deref()), ("error", "dispatcher", Some("INTERNAL")));
+    t.teardown().await;
+}
