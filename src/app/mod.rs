@@ -34,11 +34,6 @@ pub struct App {
 impl App {
     /// Connects, migrates and loads the content. Errors name what failed.
     pub async fn build(settings: Settings, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<Self>> {
-        let store = Store::connect(&settings.db, &settings.pool)
-            .await
-            .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
-        store.migrate().await.context("cannot apply the migrations")?;
-        let catalog = Catalog::load(&settings.content_dir)?;
         let keys = match (&settings.capability_keys, &settings.db) {
             (Some(spec), _) => Keys::parse(spec).context("SKILLPILOT_CAPABILITY_KEYS")?,
             (None, DbUrl::Sqlite(path)) => Keys::dev_key_beside(std::path::Path::new(path))?,
@@ -46,6 +41,11 @@ impl App {
                 "SKILLPILOT_CAPABILITY_KEYS is required with PostgreSQL (several instances must share the keys); generate one with `skillpilot keygen`"
             ),
         };
+        let store = Store::connect(&settings.db, &settings.pool)
+            .await
+            .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
+        store.migrate().await.context("cannot apply the migrations")?;
+        let catalog = Catalog::load(&settings.content_dir)?;
         let app = Arc::new(Self { store, catalog, clock, settings, keys });
         app.catch_up_views().await.context("cannot bring the views up to date")?;
         Ok(app)
