@@ -15,6 +15,7 @@ use crate::app::tokens::Keys;
 use crate::app::App;
 use crate::clock::SystemClock;
 use crate::config::Settings;
+use crate::registry::{relock, Lock};
 use crate::startup::{shutdown_signal, Application};
 use crate::store::{DbUrl, Store};
 
@@ -87,6 +88,28 @@ enum Command {
     },
     /// Rebuild the projections from the log into shadow tables and compare with the live ones.
     Replay,
+    /// The tool registry: regenerate the seam lock (offline) or print the registry report.
+    Registry {
+        #[command(subcommand)]
+        command: RegistryCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RegistryCommand {
+    /// Recompute every tool's seam signature and write the lock file; refuses a changed
+    /// signature of a tool whose registration version was not bumped.
+    Lock {
+        /// The lock file.
+        #[arg(long, default_value = "tool-seams.lock")]
+        path: PathBuf,
+    },
+    /// Print the handshake result, the whole-picture report and the quota table.
+    Report {
+        /// A lock file other than the committed one.
+        #[arg(long)]
+        seams_lock: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -127,6 +150,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     settings.content_dir = cli.content.clone();
     settings.capability_keys = std::env::var("SKILLPILOT_CAPABILITY_KEYS").ok().filter(|s| !s.trim().is_empty());
     match cli.command {
+        Command::Registry { command: RegistryCommand::Lock { path } } => {
+            let previous = if path.exists() { Lock::read(&path)? } else { Lock::default() };
+            match relock(&previous) {
+                Ok(lock) => {
+                    let text = serde_json::to_string_pretty(&lock)? + "\n";
+                    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+                    println!("registry lock: {} tools recorded in {}", lock.tools.len(), path.display());
+                    Ok(0)
+                }
+                Err(refused) => {
+                    for r in refused {
+                        eprintln!("registry lock refused: {r}");
+                    }
+                    Ok(2)
+                }
+            }
+        }
+        Command::Registry { command: RegistryCommand::Report { seams_lock } } => {
+            settings.seams_lock = seams_lock;
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let report = app.registry_report().await.map_err(|e| anyhow::anyhow!("cannot read the tool-call audit: {}", e.code()))?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(0)
+        }
         Command::Keygen => {
             println!("{}", Keys::generate_spec()?);
             Ok(0)

@@ -33,6 +33,13 @@ pub struct Settings {
     pub pool: PoolSettings,
     /// Allowed hosts and origins of the MCP endpoint.
     pub mcp: McpSettings,
+    /// A seam lock file to read instead of the committed one (never written by the service).
+    pub seams_lock: Option<PathBuf>,
+    /// Quota window in learner turns (≥ 100).
+    pub quota_window: usize,
+    /// A context read within this many milliseconds after a successful write is a suspected
+    /// redundant reload.
+    pub reload_gap_ms: i64,
 }
 
 impl Settings {
@@ -50,6 +57,9 @@ impl Settings {
             capability_keys: None,
             pool: PoolSettings::default(),
             mcp: McpSettings::default(),
+            seams_lock: None,
+            quota_window: 1000,
+            reload_gap_ms: 2000,
         }
     }
 

@@ -10,5 +10,6 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod mcp;
+pub mod registry;
 pub mod startup;
 pub mod store;

@@ -468,3 +468,107 @@ fn strip_payloads(options: Option<&mut Value>) {
         }
     }
 }
+
+/// One published context key with its four parts (SPEC §8.2): what a tool may rely on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ContextKey {
+    /// Path in the result, e.g. `openWorkflow.batchCapability`.
+    pub name: &'static str,
+    /// JSON type.
+    #[serde(rename = "type")]
+    pub ty: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+    /// How long it stays valid.
+    pub lifetime: &'static str,
+}
+
+/// Every key the full context and the step results publish, with its four parts. A change of
+/// any part changes the seam signature of every tool that needs the key.
+pub const CONTEXT_KEYS: &[ContextKey] = &[
+    ContextKey {
+        name: "learningSessionId",
+        ty: "string",
+        meaning: "opaque capability addressing the learner's learning session in this chat; copied unchanged into every call",
+        lifetime: "the session: 12 h idle, 7 days absolute",
+    },
+    ContextKey {
+        name: "communicationLocale",
+        ty: "string",
+        meaning: "the language of every visible answer",
+        lifetime: "until a locale option is chosen",
+    },
+    ContextKey {
+        name: "stateVersion",
+        ty: "integer",
+        meaning: "sequence number of the journey's last stored event; copied as expectedStateVersion",
+        lifetime: "until the next stored change",
+    },
+    ContextKey {
+        name: "activeGoal",
+        ty: "object",
+        meaning: "the goal being taught now, by title and teaching text",
+        lifetime: "until the goal is completed",
+    },
+    ContextKey { name: "requiredAction", ty: "string", meaning: "the one next action of a full context", lifetime: "this state version" },
+    ContextKey {
+        name: "options",
+        ty: "array",
+        meaning: "the choices of a decision point, each with a payload copied unchanged",
+        lifetime: "this state version, at most 24 h",
+    },
+    ContextKey {
+        name: "settings.options",
+        ty: "array",
+        meaning: "the standing preferences (locale, autopilot) with their payloads",
+        lifetime: "this state version, at most 24 h",
+    },
+    ContextKey {
+        name: "exam.released",
+        ty: "boolean",
+        meaning: "whether every goal of the exam scope is mastered",
+        lifetime: "until mastery changes",
+    },
+    ContextKey {
+        name: "openWorkflow.questions",
+        ty: "array",
+        meaning: "the open recall batch's questions in the order to show and assess",
+        lifetime: "the open batch",
+    },
+    ContextKey {
+        name: "openWorkflow.batchCapability",
+        ty: "string",
+        meaning: "capability to release the reference answers of the open recall batch",
+        lifetime: "the awaitingAnswers step, at most 24 h",
+    },
+    ContextKey {
+        name: "openWorkflow.gradingCapability",
+        ty: "string",
+        meaning: "capability to store the assessments of the released recall batch",
+        lifetime: "the answersReleased step, at most 24 h",
+    },
+    ContextKey {
+        name: "openWorkflow.tasks",
+        ty: "array",
+        meaning: "the open exam's tasks with their maximum points, in the order to show and score",
+        lifetime: "the open exam",
+    },
+    ContextKey {
+        name: "openWorkflow.examCapability",
+        ty: "string",
+        meaning: "capability to release the reference solutions of the open exam",
+        lifetime: "the awaitingWork step, at most 24 h",
+    },
+    ContextKey {
+        name: "openWorkflow.scoringCapability",
+        ty: "string",
+        meaning: "capability to store the scores of the released exam",
+        lifetime: "the solutionsReleased step, at most 24 h",
+    },
+    ContextKey {
+        name: "continuation.toolCall",
+        ty: "object",
+        meaning: "a server-filled render call issued for the current state, called once at once",
+        lifetime: "this state version",
+    },
+];

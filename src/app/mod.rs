@@ -4,6 +4,7 @@
 pub mod identity;
 pub mod journeys;
 pub mod operator;
+pub mod quota;
 pub mod sessions;
 pub mod tokens;
 
@@ -14,6 +15,7 @@ use anyhow::Context;
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::registry::{Lock, Registry, COMMITTED_LOCK};
 use crate::store::{DbUrl, Store};
 use tokens::Keys;
 
@@ -29,6 +31,8 @@ pub struct App {
     pub settings: Settings,
     /// Token keys.
     pub keys: Keys,
+    /// The tool registry after the start-up handshake.
+    pub registry: Registry,
 }
 
 impl App {
@@ -46,7 +50,12 @@ impl App {
             .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
         store.migrate().await.context("cannot apply the migrations")?;
         let catalog = Catalog::load(&settings.content_dir)?;
-        let app = Arc::new(Self { store, catalog, clock, settings, keys });
+        let lock = match &settings.seams_lock {
+            Some(path) => Lock::read(path)?,
+            None => Lock::parse(COMMITTED_LOCK)?,
+        };
+        let registry = Registry::start(&lock);
+        let app = Arc::new(Self { store, catalog, clock, settings, keys, registry });
         app.catch_up_views().await.context("cannot bring the views up to date")?;
         Ok(app)
     }

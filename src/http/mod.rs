@@ -2,6 +2,7 @@
 //! only translate between HTTP and the application layer.
 
 pub mod auth;
+mod operator;
 mod v1;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/readyz", get(readyz))
         .route("/v1/curricula", get(v1::curricula))
         .route("/v1/learning-sessions", post(v1::start_session))
+        .route("/v1/operator/registry", get(operator::registry))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(app)
         .merge(mcp)
@@ -31,9 +33,16 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
+/// Ready when the store answers and the context tool is bound; refused tools are listed
+/// (a refused tool other than the context tool does not make the service unready).
 async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
-    match app.store.ping().await {
-        Ok(()) => (StatusCode::OK, axum::Json(serde_json::json!({"status": "ready", "store": app.store.kind()}))),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({"status": "unavailable", "store": app.store.kind()}))),
-    }
+    let store_ok = app.store.ping().await.is_ok();
+    let context_bound = app.registry.is_bound(crate::app::quota::CONTEXT_TOOL);
+    let status = if store_ok && context_bound { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = serde_json::json!({
+        "status": if status == StatusCode::OK { "ready" } else { "unavailable" },
+        "store": {"kind": app.store.kind(), "reachable": store_ok},
+        "refusedTools": app.registry.refused(),
+    });
+    (status, axum::Json(body))
 }

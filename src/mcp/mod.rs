@@ -63,7 +63,12 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError
     serde_json::from_value(value).map_err(|e| McpError::internal_error(format!("result shape: {e}"), None))
 }
 
-/// The tool definitions as `tools/list` shows them.
+/// The tool definitions as `tools/list` shows them (refused tools are absent).
+pub fn tool_list_of(registry: &crate::registry::Registry) -> Vec<Value> {
+    tool_list().into_iter().filter(|t| t["name"].as_str().is_some_and(|n| registry.is_bound(n))).collect()
+}
+
+/// Every shipped tool definition as `tools/list` would show it when bound.
 pub fn tool_list() -> Vec<Value> {
     tools::definitions()
         .iter()
@@ -71,7 +76,7 @@ pub fn tool_list() -> Vec<Value> {
             let mut tool = json!({
                 "name": d.name,
                 "title": d.title,
-                "description": d.description,
+                "description": d.description(),
                 "inputSchema": tools::input_schema(d),
                 "outputSchema": tools::output_schema(d),
                 "annotations": {
@@ -92,7 +97,7 @@ pub fn tool_list() -> Vec<Value> {
 
 fn error_result(app: &App, err: &AppError, locale: &str) -> Value {
     let mut body = err.body(locale);
-    if let Some(recovery) = tools::recovery(err, locale, &app.settings.start_url()) {
+    if let Some(recovery) = tools::recovery(app, err, locale, &app.settings.start_url()) {
         body["error"]["recovery"] = recovery;
     }
     body
@@ -134,7 +139,9 @@ impl CoachServer {
     /// A tool handler with its own audit rows: `started`, then exactly one exit.
     async fn handle(self, principal: Principal, call_id: String, name: String, args: Value) -> Option<Result<CallToolResult, McpError>> {
         let started = Instant::now();
-        let tools::ToolDef { name: tool_name, .. } = tools::definitions().into_iter().find(|d| d.name == name)?;
+        // A refused tool is no tool for the coach: the dispatcher answers as for an unknown name.
+        let tools::ToolDef { name: tool_name, .. } =
+            tools::definitions().into_iter().find(|d| d.name == name && self.app.registry.is_bound(d.name))?;
         self.audit(self.row(&call_id, "started", "handler", tool_name)).await;
         let outcome = tools::dispatch(&self.app, &principal, tool_name, args).await?;
         let mut exit = self.row(&call_id, "completed", "handler", tool_name);
@@ -171,7 +178,7 @@ impl ServerHandler for CoachServer {
     }
 
     async fn list_tools(&self, _: Option<PaginatedRequestParams>, _: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
-        from_json(json!({ "tools": tool_list() }))
+        from_json(json!({ "tools": tool_list_of(&self.app.registry) }))
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {

@@ -29,20 +29,114 @@ pub enum Kind {
     Write,
 }
 
+/// The exits a tool serves (SPEC §8.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Exit {
+    /// Done.
+    Completed,
+    /// A learner decision is needed first.
+    Clarification,
+    /// Judged wrong for the state, with a finding.
+    Rejected,
+    /// Could not run.
+    Error,
+}
+
+/// A context key a tool reads, with the meaning the tool relies on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Need {
+    /// The key's name as the context publishes it.
+    pub key: &'static str,
+    /// What the tool takes it to mean (compared across tools by the whole-picture report).
+    pub assumes: &'static str,
+}
+
+/// A tool's registration (SPEC §8.1), next to its code.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// The description in the learner's language of intent (model-visible).
+    pub intent: &'static str,
+    /// Situations in which the tool must not be called (model-visible).
+    pub negative_cases: &'static [&'static str],
+    /// What the tool explicitly does not do.
+    pub boundary: &'static str,
+    /// Cost class.
+    pub cost: &'static str,
+    /// Whether it runs without a learner turn.
+    pub cadence: &'static str,
+    /// Where it may run.
+    pub scope: &'static str,
+    /// Whose data it touches.
+    pub data_ownership: &'static str,
+    /// Context keys it reads.
+    pub needs: &'static [Need],
+    /// Declared share of learner turns in percent (0, 25, 50, 75, 100); `None` if undeclared.
+    pub quota: Option<u8>,
+    /// What a second identical call does.
+    pub retry: &'static str,
+    /// Exits it serves.
+    pub exits: &'static [Exit],
+    /// Bumped whenever the tool accepts a changed seam (then `skillpilot registry lock`).
+    pub registration_version: u32,
+}
+
 /// A published tool.
 pub struct ToolDef {
     /// Fixed name.
     pub name: &'static str,
     /// Human title.
     pub title: &'static str,
-    /// Learner-intent description with its negative cases.
-    pub description: &'static str,
     /// Read or write.
     pub kind: Kind,
     /// Whether an exact repeat has no further effect.
     pub idempotent: bool,
     /// Input shape (validator and schema).
     pub input: Shape,
+    /// The registration.
+    pub manifest: Manifest,
+}
+
+impl ToolDef {
+    /// The model-visible description: the intent, then the negative cases.
+    pub fn description(&self) -> String {
+        let mut d = self.manifest.intent.to_owned();
+        for case in self.manifest.negative_cases {
+            d.push(' ');
+            d.push_str(case);
+        }
+        d
+    }
+}
+
+const SESSION_NEED: Need =
+    Need { key: "learningSessionId", assumes: "opaque capability addressing the learner's learning session in this chat" };
+const ALL_EXITS: &[Exit] = &[Exit::Completed, Exit::Clarification, Exit::Rejected, Exit::Error];
+const READ_EXITS: &[Exit] = &[Exit::Completed, Exit::Rejected, Exit::Error];
+
+fn manifest(
+    intent: &'static str,
+    negative_cases: &'static [&'static str],
+    boundary: &'static str,
+    needs: &'static [Need],
+    quota: u8,
+    exits: &'static [Exit],
+) -> Manifest {
+    Manifest {
+        intent,
+        negative_cases,
+        boundary,
+        cost: "one database round trip; no model call",
+        cadence: "only when the coach calls it in a learner turn",
+        scope: "the calling learner's own learning session",
+        data_ownership: "the learner's own journey; nothing of other learners",
+        needs,
+        quota: Some(quota),
+        retry: "an exact retry returns the original result and changes nothing",
+        exits,
+        registration_version: 1,
+    }
 }
 
 fn session_id() -> super::schema::Field {
@@ -55,7 +149,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "get_skillpilot_learning_context",
             title: "Load the learning state",
-            description: "Load the learner's current learning state once at the start of every turn: language, active goal, progress, options and the one next action. Do not call again after a successful change in the same turn — its result already is the new state.",
+            manifest: manifest(
+                "Load the learner's current learning state once at the start of every turn: language, active goal, progress, options and the one next action.",
+                &["Do not call again after a successful change in the same turn — its result already is the new state."],
+                "does not change anything and does not poll",
+                &[],
+                100,
+                READ_EXITS,
+            ),
             kind: Kind::Read,
             idempotent: true,
             input: Shape::Object(vec![opt("learningSessionId", Shape::String(Text::Token))]),
@@ -63,7 +164,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "choose_skillpilot_option",
             title: "Choose an offered option",
-            description: "Record the learner's clear choice among the options just offered (next goal, mode, continue, language, autopilot), copying the option's payload unchanged. Do not call when the learner's words fit no offered option or fit several — ask instead.",
+            manifest: manifest(
+                "Record the learner's clear choice among the options just offered (next goal, mode, continue, language, autopilot), copying the offered option unchanged.",
+                &["Do not call when the learner's words fit no offered option or fit several — ask instead."],
+                "chooses nothing by itself and accepts no option that was not just offered",
+                &[SESSION_NEED, Need { key: "options", assumes: "the choices of a decision point, each with a payload copied unchanged" }, Need { key: "settings.options", assumes: "the standing preferences with their payloads" }],
+                25,
+                ALL_EXITS,
+            ),
             kind: Kind::Write,
             idempotent: true,
             input: Shape::Object(vec![session_id(), req("option", Shape::Object(vec![req("optionToken", Shape::String(Text::Token))]))]),
@@ -71,7 +179,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "complete_skillpilot_goal",
             title: "Complete the current goal",
-            description: "Close the goal being taught once the learner has shown enough understanding and agreed to close it; say whether it was shown independently or with help, and whether to go on. Do not call after a solved task alone, or before the learner agreed.",
+            manifest: manifest(
+                "Close the goal being taught once the learner has shown enough understanding and agreed to close it; say whether it was shown independently or with help, and whether to go on.",
+                &["Do not call after a solved task alone, or before the learner agreed."],
+                "does not grade answers and takes no text; mastery is computed, never sent",
+                &[SESSION_NEED, Need { key: "stateVersion", assumes: "the journey's current version, copied as expectedStateVersion" }, Need { key: "activeGoal", assumes: "the goal being taught now" }],
+                25,
+                ALL_EXITS,
+            ),
             kind: Kind::Write,
             idempotent: true,
             input: Shape::Object(vec![
@@ -90,7 +205,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "start_skillpilot_verified_recall",
             title: "Start a recall check",
-            description: "Start a check of what the learner has already learned, after the learner agreed to it; returns all questions at once. Do not call without the learner's consent or while teaching a goal.",
+            manifest: manifest(
+                "Start a check of what the learner has already learned, after the learner agreed to it; returns all questions at once.",
+                &["Do not call without the learner's consent or while a goal is being taught."],
+                "chooses the cards itself; the coach never picks, counts or orders them",
+                &[SESSION_NEED, Need { key: "requiredAction", assumes: "the one next action of a full context" }],
+                0,
+                ALL_EXITS,
+            ),
             kind: Kind::Write,
             idempotent: true,
             input: Shape::Object(vec![session_id()]),
@@ -98,7 +220,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "get_skillpilot_verified_recall_answers",
             title: "Reveal the recall answers",
-            description: "Reveal the reference answers once the learner has answered every question of the current check. Do not call before all questions are answered.",
+            manifest: manifest(
+                "Reveal the reference answers once the learner has answered every question of the current check.",
+                &["Do not call before all questions are answered."],
+                "reveals answers only for the open check's current step",
+                &[SESSION_NEED, Need { key: "openWorkflow.batchCapability", assumes: "capability to release the reference answers of the open recall batch" }],
+                0,
+                ALL_EXITS,
+            ),
             kind: Kind::Write,
             idempotent: true,
             input: Shape::Object(vec![session_id(), req("batchCapability", Shape::String(Text::Token))]),
@@ -106,7 +235,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "record_skillpilot_verified_recall_results",
             title: "Save the recall results",
-            description: "Save whether each answer of the current check was right, in the order shown, after feedback and the learner's consent. Do not call before the learner has seen the feedback and agreed.",
+            manifest: manifest(
+                "Save whether each answer of the current check was right, in the order shown, after feedback and the learner's consent.",
+                &["Do not call before the learner has seen the feedback and agreed."],
+                "stores right or wrong per question only; never feedback text",
+                &[SESSION_NEED, Need { key: "openWorkflow.gradingCapability", assumes: "capability to store the assessments of the released recall batch" }, Need { key: "openWorkflow.questions", assumes: "the open recall batch's questions in the order to show and assess" }],
+                0,
+                ALL_EXITS,
+            ),
             kind: Kind::Write,
             idempotent: true,
             input: Shape::Object(vec![
@@ -118,7 +254,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "start_skillpilot_exam",
             title: "Start the exam",
-            description: "Start the final exam after the learner agreed to take it; returns all tasks at once. Do not call without the learner's consent.",
+            manifest: manifest(
+                "Start the final exam after the learner agreed to take it; returns all tasks at once.",
+                &["Do not call without the learner's consent."],
+                "starts only when every goal of the exam is mastered",
+                &[SESSION_NEED, Need { key: "exam.released", assumes: "whether every goal of the exam scope is mastered" }],
+                0,
+                ALL_EXITS,
+            ),
             kind: Kind::Write,
             idempotent: true,
             input: Shape::Object(vec![session_id()]),
@@ -126,7 +269,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "get_skillpilot_exam_solutions",
             title: "Reveal the exam solutions",
-            description: "Reveal the reference solutions once the learner has handed in work for every task. Do not call before the work is complete.",
+            manifest: manifest(
+                "Reveal the reference solutions once the learner has handed in work for every task.",
+                &["Do not call before the work is complete."],
+                "reveals solutions only for the open exam's current step",
+                &[SESSION_NEED, Need { key: "openWorkflow.examCapability", assumes: "capability to release the reference solutions of the open exam" }],
+                0,
+                ALL_EXITS,
+            ),
             kind: Kind::Write,
             idempotent: true,
             input: Shape::Object(vec![session_id(), req("examCapability", Shape::String(Text::Token))]),
@@ -134,7 +284,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "record_skillpilot_exam_scores",
             title: "Save the exam scores",
-            description: "Save the points for each exam task, in the order shown, after feedback and the learner's consent; the total and the pass are computed for you. Do not call before the learner has seen the feedback and agreed.",
+            manifest: manifest(
+                "Save the points for each exam task, in the order shown, after feedback and the learner's consent; the total and the pass are computed for you.",
+                &["Do not call before the learner has seen the feedback and agreed."],
+                "stores points per task only; totals and the pass are computed",
+                &[SESSION_NEED, Need { key: "openWorkflow.scoringCapability", assumes: "capability to store the scores of the released exam" }, Need { key: "openWorkflow.tasks", assumes: "the open exam's tasks with their maximum points" }],
+                0,
+                ALL_EXITS,
+            ),
             kind: Kind::Write,
             idempotent: true,
             input: Shape::Object(vec![
@@ -146,7 +303,14 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "render_skillpilot_goal_visualization",
             title: "Show the goal's picture",
-            description: "Show the picture of the goal about to be taught, exactly once, with the arguments given by the previous result. Do not call on your own, to retry, or during a pause.",
+            manifest: manifest(
+                "Show the picture of the goal about to be taught, exactly once, with the arguments given by the previous result.",
+                &["Do not call on your own, to retry, or during a pause."],
+                "shows a picture only; changes nothing and teaches nothing",
+                &[SESSION_NEED, Need { key: "continuation.toolCall", assumes: "a server-filled render call issued for the current state" }],
+                25,
+                READ_EXITS,
+            ),
             kind: Kind::Read,
             idempotent: true,
             input: Shape::Object(vec![session_id(), req("goalId", Shape::String(Text::Ident)), req("expectedStateVersion", Shape::Count)]),
@@ -444,8 +608,12 @@ enum WriteKind {
     ExamScores,
 }
 
-/// The render continuation when this commit activated a goal with an authorized picture.
-fn render_call(executed: &Executed) -> Option<Value> {
+/// The render continuation when this commit activated a goal with an authorized picture and
+/// the renderer is bound (without it the successor is taught without a picture).
+fn render_call(app: &App, executed: &Executed) -> Option<Value> {
+    if !app.registry.is_bound("render_skillpilot_goal_visualization") {
+        return None;
+    }
     let state = &executed.state;
     let activated = executed.committed.iter().any(|(_, e)| matches!(e, JourneyEvent::GoalActivated { .. }));
     let goal = state.active_goal.as_deref()?;
@@ -483,7 +651,7 @@ fn write_result(app: &App, session: &ActiveSession, executed: &Executed, kind: W
         journey_id: Some(session.row.journey_id.clone()),
     };
 
-    if let Some(render) = render_call(executed) {
+    if let Some(render) = render_call(app, executed) {
         return Ok(output(json!({"outcome": "completed", "receipt": rec, "context": factual(ctx, true), "continuation": render})));
     }
     match kind {
@@ -607,12 +775,16 @@ fn render(app: &App, session: &ActiveSession, args: &Value) -> Result<ToolOutput
 
 /// The recovery of an error (SPEC §5.3 table): the start URL for session errors, a reload
 /// proposal where that is the safe recovery, nothing for malformed calls.
-pub fn recovery(err: &AppError, locale: &str, start_url: &str) -> Option<Value> {
+pub fn recovery(app: &App, err: &AppError, locale: &str, start_url: &str) -> Option<Value> {
     let reload = || {
-        json!({
+        let mut r = json!({
             "instruction": summary(locale, "Lade den Lernstand einmal neu und entscheide dann erneut.", "Reload the learning state once, then decide again."),
-            "proposal": {"name": "get_skillpilot_learning_context", "arguments": {}}
-        })
+        });
+        // Never a proposal that names a refused or restricted tool.
+        if app.registry.may_propose("get_skillpilot_learning_context") {
+            r["proposal"] = json!({"name": "get_skillpilot_learning_context", "arguments": {}});
+        }
+        r
     };
     match err {
         AppError::SessionRequired | AppError::SessionExpired | AppError::SessionInvalid => Some(json!({

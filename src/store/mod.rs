@@ -528,6 +528,23 @@ impl Store {
     }
 }
 
+/// An audit row as read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditRow {
+    /// Call id.
+    pub call_id: String,
+    /// `started` or the exit.
+    pub phase: String,
+    /// Tool.
+    pub tool: String,
+    /// Journey, when known.
+    pub journey_id: Option<String>,
+    /// Error code of an exit.
+    pub code: Option<String>,
+    /// When.
+    pub at_ms: i64,
+}
+
 /// One row of the tool-call audit.
 #[derive(Clone, Debug)]
 pub struct ToolCallRow {
@@ -571,6 +588,31 @@ impl Store {
             .execute(pool)
             .await?;
             Ok(())
+        })
+    }
+
+    /// The most recent audit rows (at most `limit`), oldest first, for the quota reconciliation.
+    pub async fn tool_call_log(&self, limit: i64) -> Result<Vec<AuditRow>, StoreError> {
+        on_pool!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT call_id, phase, tool, journey_id, code, at_ms FROM (SELECT * FROM tool_calls ORDER BY at_ms DESC LIMIT $1) recent ORDER BY at_ms, call_id",
+            )
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(AuditRow {
+                        call_id: r.try_get("call_id")?,
+                        phase: r.try_get("phase")?,
+                        tool: r.try_get("tool")?,
+                        journey_id: r.try_get("journey_id")?,
+                        code: r.try_get("code")?,
+                        at_ms: r.try_get("at_ms")?,
+                    })
+                })
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+                .map_err(StoreError::from)
         })
     }
 

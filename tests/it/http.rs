@@ -14,7 +14,8 @@ async fn health_and_readiness_answer(t: Arc<TestApp>) {
     let r = t.http.get(format!("{}/readyz", t.base_url)).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body["store"], if t.backend == crate::helpers::Backend::Sqlite { "sqlite" } else { "postgres" });
+    assert_eq!(body["store"]["kind"], if t.backend == crate::helpers::Backend::Sqlite { "sqlite" } else { "postgres" });
+    assert_eq!(body["refusedTools"], serde_json::json!([]));
 }
 
 async fn the_curricula_list_names_the_shipped_pack_in_both_languages(t: Arc<TestApp>) {

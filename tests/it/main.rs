@@ -6,4 +6,5 @@ mod helpers;
 mod http;
 mod mcp_contract;
 mod mcp_journeys;
+mod registry;
 mod store;

@@ -13,12 +13,12 @@ use crate::helpers::TestApp;
 
 const SECRET: &str = "MY-PRIVATE-CHAT-TEXT-4711";
 
-struct Coach {
-    token: String,
-    sid: String,
+pub(crate) struct Coach {
+    pub(crate) token: String,
+    pub(crate) sid: String,
 }
 
-async fn rpc(t: &TestApp, token: Option<&str>, method: &str, params: Value) -> reqwest::Response {
+pub(crate) async fn rpc(t: &TestApp, token: Option<&str>, method: &str, params: Value) -> reqwest::Response {
     let mut req = t
         .http
         .post(format!("{}/mcp", t.base_url))
@@ -34,7 +34,7 @@ async fn rpc(t: &TestApp, token: Option<&str>, method: &str, params: Value) -> r
     req.send().await.unwrap()
 }
 
-async fn call(t: &TestApp, token: &str, name: &str, args: Value) -> (bool, Value) {
+pub(crate) async fn call(t: &TestApp, token: &str, name: &str, args: Value) -> (bool, Value) {
     let r = rpc(t, Some(token), "tools/call", json!({"name": name, "arguments": args})).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
@@ -43,7 +43,7 @@ async fn call(t: &TestApp, token: &str, name: &str, args: Value) -> (bool, Value
     (result["isError"] == true, result["structuredContent"].clone())
 }
 
-async fn coach(t: &TestApp) -> Coach {
+pub(crate) async fn coach(t: &TestApp) -> Coach {
     let token = t.learner("Ada").await;
     let principal = t.principal(&token).await;
     t.app.start_session(&principal, StartSession::default()).await.unwrap();
@@ -53,13 +53,13 @@ async fn coach(t: &TestApp) -> Coach {
 }
 
 impl Coach {
-    async fn ctx(&self, t: &TestApp) -> Value {
+    pub(crate) async fn ctx(&self, t: &TestApp) -> Value {
         let (err, ctx) = call(t, &self.token, "get_skillpilot_learning_context", json!({"learningSessionId": self.sid})).await;
         assert!(!err, "{ctx}");
         ctx
     }
 
-    async fn call(&self, t: &TestApp, name: &str, mut args: Value) -> (bool, Value) {
+    pub(crate) async fn call(&self, t: &TestApp, name: &str, mut args: Value) -> (bool, Value) {
         if args.get("learningSessionId").is_none() {
             args["learningSessionId"] = json!(self.sid);
         }
