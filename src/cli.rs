@@ -88,6 +88,14 @@ enum Command {
     },
     /// Rebuild the projections from the log into shadow tables and compare with the live ones.
     Replay,
+    /// Print an analyst view (or, without a name, the views with their lag).
+    Analytics {
+        /// View name (goal-mastery, recall-outcomes, exam-results, daily-activity, tool-usage).
+        name: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "json")]
+        format: OutputFormat,
+    },
     /// The tool registry: regenerate the seam lock (offline) or print the registry report.
     Registry {
         #[command(subcommand)]
@@ -133,6 +141,12 @@ enum TokenCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputFormat {
+    Json,
+    Csv,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum StaffRole {
     Operator,
     Analyst,
@@ -172,6 +186,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
             let report = app.registry_report().await.map_err(|e| anyhow::anyhow!("cannot read the tool-call audit: {}", e.code()))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(0)
+        }
+        Command::Analytics { name, format } => {
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let fail = |e: crate::error::AppError| anyhow::anyhow!("analytics: {}", e.code());
+            match name {
+                None => println!("{}", serde_json::to_string_pretty(&app.analytics_status().await.map_err(fail)?)?),
+                Some(name) => {
+                    let table = app.analytics_table(&name).await.map_err(fail)?;
+                    match format {
+                        OutputFormat::Csv => print!("{}", table.to_csv()),
+                        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&table)?),
+                    }
+                }
+            }
             Ok(0)
         }
         Command::Keygen => {

@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod analytics;
 pub mod full_context;
 pub mod text;
 

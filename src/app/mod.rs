@@ -1,6 +1,7 @@
 //! Application services: the one layer every transport (HTTP, MCP, CLI, web GUI) calls. It
 //! owns the store, the catalog, the clock and the token keys; transports only translate.
 
+pub mod analytics;
 pub mod identity;
 pub mod journeys;
 pub mod operator;
@@ -33,6 +34,8 @@ pub struct App {
     pub keys: Keys,
     /// The tool registry after the start-up handshake.
     pub registry: Registry,
+    /// Serializes this process's analytics projector runs.
+    pub projector_lock: tokio::sync::Mutex<()>,
 }
 
 impl App {
@@ -55,8 +58,9 @@ impl App {
             None => Lock::parse(COMMITTED_LOCK)?,
         };
         let registry = Registry::start(&lock);
-        let app = Arc::new(Self { store, catalog, clock, settings, keys, registry });
+        let app = Arc::new(Self { store, catalog, clock, settings, keys, registry, projector_lock: tokio::sync::Mutex::new(()) });
         app.catch_up_views().await.context("cannot bring the views up to date")?;
+        app.catch_up_analytics().await.context("cannot bring the analytics up to date")?;
         Ok(app)
     }
 }

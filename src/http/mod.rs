@@ -1,6 +1,7 @@
 //! HTTP routes: health, readiness, the curricula list and learning-session start. Handlers
 //! only translate between HTTP and the application layer.
 
+mod analytics;
 pub mod auth;
 mod operator;
 mod v1;
@@ -24,6 +25,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/curricula", get(v1::curricula))
         .route("/v1/learning-sessions", post(v1::start_session))
         .route("/v1/operator/registry", get(operator::registry))
+        .route("/v1/analytics", get(analytics::list))
+        .route("/v1/analytics/{name}", get(analytics::view))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(app)
         .merge(mcp)

@@ -4,6 +4,7 @@
 //! else here is plain SQL written once and run on both, since both dialects accept it.
 
 pub mod chain;
+pub mod projector;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -80,7 +81,7 @@ pub enum Store {
 }
 
 /// Runs the same body against whichever pool the store has (the SQL is written once).
-macro_rules! on_pool {
+macro_rules! on_pool_impl {
     ($store:expr, $pool:ident => $body:expr) => {
         match $store {
             Store::Sqlite(s) => {
@@ -94,6 +95,8 @@ macro_rules! on_pool {
         }
     };
 }
+
+pub(crate) use on_pool_impl as on_pool;
 
 /// Where a database URL points.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,9 +165,9 @@ pub struct SessionRow {
 /// Bumped whenever `LearningJourney`'s serialized shape changes: older snapshots are ignored.
 pub const SNAPSHOT_SCHEMA: i64 = 1;
 
-const EVENT_COLUMNS: &str = "aggregate_type, aggregate_id, sequence, event_type, event_version, CAST(payload AS TEXT) AS payload, CAST(metadata AS TEXT) AS metadata";
+pub(crate) const EVENT_COLUMNS: &str = "aggregate_type, aggregate_id, sequence, event_type, event_version, CAST(payload AS TEXT) AS payload, CAST(metadata AS TEXT) AS metadata";
 
-fn row_to_event<R: Row>(row: &R) -> Result<StoredEvent, StoreError>
+pub(crate) fn row_to_event<R: Row>(row: &R) -> Result<StoredEvent, StoreError>
 where
     for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,

@@ -2,6 +2,7 @@
 //! fresh database; `scripts/test` makes sure a PostgreSQL is reachable.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod analytics;
 mod helpers;
 mod http;
 mod mcp_contract;

@@ -1,0 +1,185 @@
+//! Analytics (R-7): a catch-up projector folds the log into the analytic tables (its position
+//! stored in the same transaction as its rows), and the read side lists the views with their
+//! lag and serves their rows as JSON or CSV. Never `GenericQuery`: see ADR 0002.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::journeys::decode_event;
+use super::App;
+use crate::error::AppError;
+use crate::store::projector::ColumnKind::{self, Integer, Real, Text};
+use crate::store::StoreError;
+
+/// The projector's name in `projector_checkpoints`.
+pub const PROJECTOR: &str = "analytics";
+
+/// A published analyst view: its API name, SQL view and columns.
+pub struct ViewDef {
+    /// Name in `/v1/analytics/<name>`.
+    pub name: &'static str,
+    /// The read-only SQL view.
+    pub view: &'static str,
+    /// Whether it is fed by the event projector (else it reads the audit directly).
+    pub projected: bool,
+    /// Columns and types.
+    pub columns: &'static [(&'static str, ColumnKind)],
+}
+
+/// Every analyst view.
+pub const VIEWS: &[ViewDef] = &[
+    ViewDef {
+        name: "goal-mastery",
+        view: "analyst_goal_mastery",
+        projected: true,
+        columns: &[
+            ("journey_id", Text),
+            ("goal_id", Text),
+            ("mastery", Real),
+            ("mastered", Integer),
+            ("completions", Integer),
+            ("updated_at", Text),
+        ],
+    },
+    ViewDef {
+        name: "recall-outcomes",
+        view: "analyst_recall_outcomes",
+        projected: true,
+        columns: &[("card_id", Text), ("goal_id", Text), ("passed", Integer), ("failed", Integer)],
+    },
+    ViewDef {
+        name: "exam-results",
+        view: "analyst_exam_results",
+        projected: true,
+        columns: &[
+            ("journey_id", Text),
+            ("instance", Integer),
+            ("total_points", Real),
+            ("max_points", Integer),
+            ("passed", Integer),
+            ("scored_at", Text),
+        ],
+    },
+    ViewDef {
+        name: "daily-activity",
+        view: "analyst_daily_activity",
+        projected: true,
+        columns: &[
+            ("day", Text),
+            ("events", Integer),
+            ("goals_completed", Integer),
+            ("recall_results", Integer),
+            ("exams_scored", Integer),
+        ],
+    },
+    ViewDef {
+        name: "tool-usage",
+        view: "analyst_tool_usage",
+        projected: false,
+        columns: &[
+            ("tool", Text),
+            ("delivered", Integer),
+            ("processed", Integer),
+            ("completed", Integer),
+            ("clarification", Integer),
+            ("rejected", Integer),
+            ("error", Integer),
+        ],
+    },
+];
+
+/// A view's entry in the list, with the projector's lag.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ViewStatus {
+    /// Name.
+    pub name: &'static str,
+    /// SQL view for direct queries.
+    pub sql_view: &'static str,
+    /// Events folded into it.
+    pub position: i64,
+    /// Events not yet folded (0 for views read straight from the audit).
+    pub lag: i64,
+}
+
+/// A view's rows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Table {
+    /// Column names.
+    pub columns: Vec<&'static str>,
+    /// Rows, one JSON value per column.
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl Table {
+    /// RFC 4180 CSV with a header line.
+    pub fn to_csv(&self) -> String {
+        fn cell(v: &Value) -> String {
+            let raw = match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            if raw.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", raw.replace('"', "\"\""))
+            } else {
+                raw
+            }
+        }
+        let mut out = self.columns.join(",");
+        out.push_str("\r\n");
+        for row in &self.rows {
+            out.push_str(&row.iter().map(cell).collect::<Vec<_>>().join(","));
+            out.push_str("\r\n");
+        }
+        out
+    }
+}
+
+impl App {
+    /// Folds every event not yet projected into the analytic tables; returns how many.
+    pub async fn catch_up_analytics(&self) -> Result<usize, AppError> {
+        // One projector per process; across processes PostgreSQL's row lock on the checkpoint
+        // serializes them.
+        let _guard = self.projector_lock.lock().await;
+        let mut total = 0;
+        loop {
+            let n = self
+                .store
+                .project_batch(PROJECTOR, 500, |stored| {
+                    let event = decode_event(stored)
+                        .map_err(|_| StoreError::Corrupt(format!("event {} of {}", stored.sequence, stored.aggregate_id)))?;
+                    Ok(projections::analytics::changes(&stored.aggregate_id, &event))
+                })
+                .await?;
+            total += n;
+            if n == 0 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// The analyst views with their lag.
+    pub async fn analytics_status(&self) -> Result<Vec<ViewStatus>, AppError> {
+        let (position, total) = self.store.projector_lag(PROJECTOR).await?;
+        Ok(VIEWS
+            .iter()
+            .map(|v| ViewStatus {
+                name: v.name,
+                sql_view: v.view,
+                position: if v.projected { position } else { 0 },
+                lag: if v.projected { total - position } else { 0 },
+            })
+            .collect())
+    }
+
+    /// The rows of one view, caught up first.
+    pub async fn analytics_table(&self, name: &str) -> Result<Table, AppError> {
+        let def = VIEWS.iter().find(|v| v.name == name).ok_or(AppError::NotFound { what: "analytics view" })?;
+        if def.projected {
+            self.catch_up_analytics().await?;
+        }
+        let rows = self.store.analyst_view(def.view, def.columns).await?;
+        Ok(Table { columns: def.columns.iter().map(|(n, _)| *n).collect(), rows })
+    }
+}

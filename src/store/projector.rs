@@ -1,0 +1,168 @@
+//! The catch-up projector's storage side: read the events after a checkpoint in a global order
+//! that never skips an in-flight transaction, and apply the analytic changes together with the
+//! new checkpoint in one transaction. On SQLite the trigger-assigned position is gapless commit
+//! order; on PostgreSQL rows are read in (transaction id, position) order and only from
+//! transactions older than the oldest one still running.
+
+use projections::analytics::Change;
+use sqlx::Row;
+
+use super::{on_pool, row_to_event, Store, StoreError, StoredEvent, EVENT_COLUMNS};
+
+/// Where a projector stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Transaction id of the last applied event (0 on SQLite).
+    pub tx: i64,
+    /// Position of the last applied event.
+    pub position: i64,
+    /// Events applied so far.
+    pub events: i64,
+}
+
+const GOAL_MASTERY: &str =
+    "INSERT INTO analytics_goal_mastery (journey_id, goal_id, mastery, mastered, completions, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT (journey_id, goal_id) DO UPDATE SET mastery = excluded.mastery, mastered = excluded.mastered,
+    completions = analytics_goal_mastery.completions + excluded.completions, updated_at = excluded.updated_at";
+const RECALL_OUTCOME: &str = "INSERT INTO analytics_recall_outcomes (card_id, goal_id, passed, failed) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (card_id) DO UPDATE SET passed = analytics_recall_outcomes.passed + excluded.passed, failed = analytics_recall_outcomes.failed + excluded.failed";
+const EXAM_RESULT: &str =
+    "INSERT INTO analytics_exam_results (journey_id, instance, total_points, max_points, passed, scored_at) VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT (journey_id, instance) DO NOTHING";
+const DAILY: &str =
+    "INSERT INTO analytics_daily_activity (day, events, goals_completed, recall_results, exams_scored) VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (day) DO UPDATE SET events = analytics_daily_activity.events + excluded.events,
+    goals_completed = analytics_daily_activity.goals_completed + excluded.goals_completed,
+    recall_results = analytics_daily_activity.recall_results + excluded.recall_results,
+    exams_scored = analytics_daily_activity.exams_scored + excluded.exams_scored";
+
+impl Store {
+    fn batch_sql(&self) -> (String, &'static str) {
+        match self {
+            Store::Sqlite(_) => (
+                format!("SELECT {EVENT_COLUMNS}, position, 0 AS txid FROM events WHERE position > $1 ORDER BY position LIMIT $2"),
+                "SELECT tx, position, events FROM projector_checkpoints WHERE projector = $1",
+            ),
+            Store::Postgres(_) => (
+                format!(
+                    "SELECT {EVENT_COLUMNS}, position, CAST(CAST(tx AS text) AS bigint) AS txid FROM events
+                     WHERE (tx, position) > (CAST(CAST($1 AS text) AS xid8), $2) AND tx < pg_snapshot_xmin(pg_current_snapshot())
+                     ORDER BY tx, position LIMIT $3"
+                ),
+                "SELECT tx, position, events FROM projector_checkpoints WHERE projector = $1",
+            ),
+        }
+    }
+
+    /// Applies up to `limit` events after the projector's checkpoint; returns how many.
+    pub async fn project_batch(
+        &self,
+        projector: &str,
+        limit: i64,
+        changes: impl Fn(&StoredEvent) -> Result<Vec<Change>, StoreError>,
+    ) -> Result<usize, StoreError> {
+        let (events_sql, checkpoint_sql) = self.batch_sql();
+        on_pool!(self, pool => {
+            sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) VALUES ($1, 0, 0, 0) ON CONFLICT (projector) DO NOTHING")
+                .bind(projector)
+                .execute(pool)
+                .await?;
+            let mut tx = pool.begin().await?;
+            // Write first: SQLite then takes its write lock before reading (a read-then-write
+            // transaction would fail once another writer committed), PostgreSQL locks the row.
+            sqlx::query("UPDATE projector_checkpoints SET events = events WHERE projector = $1").bind(projector).execute(&mut *tx).await?;
+            let row = sqlx::query(checkpoint_sql).bind(projector).fetch_one(&mut *tx).await?;
+            let mut at = Checkpoint { tx: row.try_get("tx")?, position: row.try_get("position")?, events: row.try_get("events")? };
+            let query = match self {
+                Store::Sqlite(_) => sqlx::query(&events_sql).bind(at.position).bind(limit),
+                Store::Postgres(_) => sqlx::query(&events_sql).bind(at.tx).bind(at.position).bind(limit),
+            };
+            let rows = query.fetch_all(&mut *tx).await?;
+            for r in &rows {
+                let event = row_to_event(r)?;
+                for change in changes(&event)? {
+                    match change {
+                        Change::GoalMastery { journey_id, goal_id, mastery, mastered, completed, at } => {
+                            sqlx::query(GOAL_MASTERY).bind(journey_id).bind(goal_id).bind(mastery).bind(i64::from(mastered)).bind(completed).bind(at).execute(&mut *tx).await?;
+                        }
+                        Change::RecallOutcome { card_id, goal_id, passed } => {
+                            sqlx::query(RECALL_OUTCOME).bind(card_id).bind(goal_id).bind(i64::from(passed)).bind(i64::from(!passed)).execute(&mut *tx).await?;
+                        }
+                        Change::ExamResult { journey_id, instance, total_points, max_points, passed, at } => {
+                            sqlx::query(EXAM_RESULT)
+                                .bind(journey_id)
+                                .bind(i64::try_from(instance).unwrap_or(i64::MAX))
+                                .bind(total_points)
+                                .bind(i64::from(max_points))
+                                .bind(i64::from(passed))
+                                .bind(at)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        Change::Daily { day, events, goals_completed, recall_results, exams_scored } => {
+                            sqlx::query(DAILY).bind(day).bind(events).bind(goals_completed).bind(recall_results).bind(exams_scored).execute(&mut *tx).await?;
+                        }
+                    }
+                }
+                at = Checkpoint { tx: r.try_get("txid")?, position: r.try_get("position")?, events: at.events + 1 };
+            }
+            sqlx::query("UPDATE projector_checkpoints SET tx = $2, position = $3, events = $4 WHERE projector = $1")
+                .bind(projector)
+                .bind(at.tx)
+                .bind(at.position)
+                .bind(at.events)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(rows.len())
+        })
+    }
+
+    /// A projector's checkpoint and the total number of events (its lag is the difference).
+    pub async fn projector_lag(&self, projector: &str) -> Result<(i64, i64), StoreError> {
+        on_pool!(self, pool => {
+            let projected: Option<i64> = sqlx::query("SELECT events FROM projector_checkpoints WHERE projector = $1")
+                .bind(projector)
+                .fetch_optional(pool)
+                .await?
+                .map(|r| r.try_get("events"))
+                .transpose()?;
+            let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM events").fetch_one(pool).await?.try_get("n")?;
+            Ok((projected.unwrap_or(0), total))
+        })
+    }
+
+    /// All rows of an analyst view, as text / number / integer JSON values.
+    pub async fn analyst_view(&self, view: &str, columns: &[(&str, ColumnKind)]) -> Result<Vec<Vec<serde_json::Value>>, StoreError> {
+        let names: Vec<&str> = columns.iter().map(|(n, _)| *n).collect();
+        let sql =
+            format!("SELECT {} FROM {view} ORDER BY {}", names.join(", "), names.iter().take(2).copied().collect::<Vec<_>>().join(", "));
+        on_pool!(self, pool => {
+            let rows = sqlx::query(&sql).fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let mut values = Vec::with_capacity(columns.len());
+                for (name, kind) in columns {
+                    values.push(match kind {
+                        ColumnKind::Text => serde_json::Value::from(r.try_get::<String, _>(*name)?),
+                        ColumnKind::Integer => serde_json::Value::from(r.try_get::<i64, _>(*name)?),
+                        ColumnKind::Real => serde_json::Value::from(r.try_get::<f64, _>(*name)?),
+                    });
+                }
+                out.push(values);
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// The type of an analyst view column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColumnKind {
+    /// Text.
+    Text,
+    /// 64-bit integer.
+    Integer,
+    /// Double.
+    Real,
+}
