@@ -87,7 +87,11 @@ enum Command {
         command: AuditCommand,
     },
     /// Rebuild the projections from the log into shadow tables and compare with the live ones.
-    Replay,
+    Replay {
+        /// Replace the live view with the rebuilt one when they differ.
+        #[arg(long)]
+        swap: bool,
+    },
     /// Print an analyst view (or, without a name, the views with their lag).
     Analytics {
         /// View name (goal-mastery, recall-outcomes, exam-results, daily-activity, tool-usage).
@@ -255,7 +259,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Audit { command: AuditCommand::Verify } => {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
-            let report = app.audit_verify().await.map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
+            let report = app
+                .audit_verify_recorded(10_000, |n| eprintln!("audit verify: {n} events checked …"))
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
             match report.broken {
                 None => {
                     println!("audit verify: ok — {} streams, {} events, every chain intact", report.streams, report.events);
@@ -267,7 +274,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
             }
         }
-        Command::Replay => {
+        Command::Replay { swap } => {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
             let started = std::time::Instant::now();
             let report = app.replay().await.map_err(|e| anyhow::anyhow!("replay failed: {}", e.code()))?;
@@ -279,9 +286,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                     report.journeys, report.events
                 );
                 Ok(0)
+            } else if swap {
+                let n = app.store.swap_in_shadow_views().await.map_err(|e| anyhow::anyhow!("swap failed: {e}"))?;
+                println!(
+                    "replay: {} of {} journeys differed; the rebuilt view ({n} rows) is now live",
+                    report.differing.len(),
+                    report.journeys
+                );
+                Ok(0)
             } else {
                 println!(
-                    "replay: DIFFERENT — {} of {} journeys differ: {}",
+                    "replay: DIFFERENT — {} of {} journeys differ: {} (run with --swap to put the rebuilt view live)",
                     report.differing.len(),
                     report.journeys,
                     report.differing.join(", ")

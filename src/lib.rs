@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod mcp;
+pub mod metrics;
 pub mod registry;
 pub mod startup;
 pub mod store;

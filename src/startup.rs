@@ -31,8 +31,23 @@ impl Application {
     /// Serves until `shutdown` resolves, then drains requests and closes the store.
     pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let router = http::router(self.app.clone());
-        axum::serve(self.listener, router).with_graceful_shutdown(shutdown).await.context("the HTTP server failed")?;
+        // The analytics projector follows the log in the background; reads catch up first anyway.
+        let projector = {
+            let app = self.app.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    if let Err(e) = app.catch_up_analytics().await {
+                        tracing::warn!(error = %e, "analytics projector will retry");
+                    }
+                }
+            })
+        };
+        let served = axum::serve(self.listener, router).with_graceful_shutdown(shutdown).await.context("the HTTP server failed");
+        projector.abort();
         self.app.store.close().await;
+        served?;
         Ok(())
     }
 }

@@ -160,6 +160,21 @@ impl App {
 
     /// Runs a command. `start_pack` is the pack a `StartJourney` starts on.
     pub async fn execute(&self, request: CommandRequest, start_pack: Option<Arc<Pack>>) -> Result<Executed, AppError> {
+        let started = std::time::Instant::now();
+        let name = request.command.name();
+        let result = self.execute_inner(request, start_pack).await;
+        let outcome = match &result {
+            Ok(e) if e.replayed => "replayed",
+            Ok(_) => "applied",
+            Err(AppError::StateConflict { .. }) => "conflict",
+            Err(e) if e.outcome() == "rejected" => "rejected",
+            Err(_) => "error",
+        };
+        self.metrics.command(name, outcome, started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn execute_inner(&self, request: CommandRequest, start_pack: Option<Arc<Pack>>) -> Result<Executed, AppError> {
         let now = self.clock.now();
         let loaded = self.load_journey(&request.journey_id).await?;
 

@@ -36,6 +36,8 @@ pub struct App {
     pub registry: Registry,
     /// Serializes this process's analytics projector runs.
     pub projector_lock: tokio::sync::Mutex<()>,
+    /// Prometheus metrics.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl App {
@@ -58,7 +60,16 @@ impl App {
             None => Lock::parse(COMMITTED_LOCK)?,
         };
         let registry = Registry::start(&lock);
-        let app = Arc::new(Self { store, catalog, clock, settings, keys, registry, projector_lock: tokio::sync::Mutex::new(()) });
+        let app = Arc::new(Self {
+            store,
+            catalog,
+            clock,
+            settings,
+            keys,
+            registry,
+            projector_lock: tokio::sync::Mutex::new(()),
+            metrics: Default::default(),
+        });
         app.catch_up_views().await.context("cannot bring the views up to date")?;
         app.catch_up_analytics().await.context("cannot bring the analytics up to date")?;
         Ok(app)

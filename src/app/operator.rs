@@ -119,9 +119,27 @@ impl App {
         Ok(count)
     }
 
+    /// Verifies every chain, reports progress every `every` events, and records the run.
+    pub async fn audit_verify_recorded(&self, every: usize, progress: impl FnMut(usize)) -> Result<AuditReport, AppError> {
+        let report = self.audit_verify_with(every, progress).await?;
+        let run = crate::store::AuditRun {
+            finished_ms: self.clock.now().timestamp_millis(),
+            streams: i64::try_from(report.streams).unwrap_or(i64::MAX),
+            events: i64::try_from(report.events).unwrap_or(i64::MAX),
+            intact: report.broken.is_none(),
+            broken_at: report.broken.as_ref().map(|b| format!("journey {} sequence {}: {}", b.journey_id, b.sequence, b.problem)),
+        };
+        self.store.record_audit_run(&run).await?;
+        Ok(report)
+    }
+
     /// Recomputes every chain: sequence gapless from 1, each `prevHash` the previous event's
     /// `chainHash`, each `chainHash` the hash of the event as stored.
     pub async fn audit_verify(&self) -> Result<AuditReport, AppError> {
+        self.audit_verify_with(usize::MAX, |_| {}).await
+    }
+
+    async fn audit_verify_with(&self, every: usize, mut progress: impl FnMut(usize)) -> Result<AuditReport, AppError> {
         let mut report = AuditReport { streams: 0, events: 0, broken: None };
         let mut current: Option<(String, u64, String)> = None;
         self.each_event(None, |e| {
@@ -136,6 +154,9 @@ impl App {
                 }
             };
             report.events += 1;
+            if report.events % every.max(1) == 0 {
+                progress(report.events);
+            }
             let sequence = e.sequence as u64;
             let broken = |problem: String| Some(BrokenLink { journey_id: e.aggregate_id.clone(), sequence, problem });
             let stored_prev = e.metadata.get("prevHash").and_then(Value::as_str).unwrap_or_default();

@@ -22,14 +22,26 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/v1/curricula", get(v1::curricula))
         .route("/v1/learning-sessions", post(v1::start_session))
         .route("/v1/operator/registry", get(operator::registry))
+        .route("/v1/operator/audit", get(operator::last_audit))
+        .route("/v1/operator/audit/verify", post(operator::verify))
+        .route("/v1/operator/replay", post(operator::replay))
         .route("/v1/analytics", get(analytics::list))
         .route("/v1/analytics/{name}", get(analytics::view))
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(app)
         .merge(mcp)
+}
+
+/// Prometheus text exposition; the projector lag is refreshed on each scrape.
+async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+    if let Ok(status) = app.analytics_status().await {
+        app.metrics.set_projection_lag(status.iter().map(|s| s.lag).max().unwrap_or(0));
+    }
+    ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
 }
 
 async fn healthz() -> &'static str {

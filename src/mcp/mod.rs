@@ -161,6 +161,7 @@ impl CoachServer {
                 call_result(error_result(&self.app, &err, &locale), finding, true, None)
             }
         };
+        self.app.metrics.tool(tool_name, exit.phase, started.elapsed().as_secs_f64());
         self.audit(exit).await;
         Some(result)
     }

@@ -631,6 +631,72 @@ impl Store {
     }
 }
 
+/// One recorded `audit verify` run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRun {
+    /// When it finished, epoch milliseconds.
+    pub finished_ms: i64,
+    /// Streams checked.
+    pub streams: i64,
+    /// Events checked.
+    pub events: i64,
+    /// Whether every chain was intact.
+    pub intact: bool,
+    /// The first broken link (`journey sequence: problem`).
+    pub broken_at: Option<String>,
+}
+
+impl Store {
+    /// Records an audit run.
+    pub async fn record_audit_run(&self, run: &AuditRun) -> Result<(), StoreError> {
+        on_pool!(self, pool => {
+            sqlx::query("INSERT INTO audit_runs (run_id, finished_ms, streams, events, intact, broken_at) VALUES ($1, $2, $3, $4, $5, $6)")
+                .bind(uuid::Uuid::new_v4().to_string())
+                .bind(run.finished_ms)
+                .bind(run.streams)
+                .bind(run.events)
+                .bind(i64::from(run.intact))
+                .bind(run.broken_at.as_deref())
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// The latest audit run.
+    pub async fn last_audit_run(&self) -> Result<Option<AuditRun>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query("SELECT finished_ms, streams, events, intact, broken_at FROM audit_runs ORDER BY finished_ms DESC LIMIT 1").fetch_optional(pool).await?;
+            row.map(|r| -> Result<AuditRun, sqlx::Error> {
+                Ok(AuditRun {
+                    finished_ms: r.try_get("finished_ms")?,
+                    streams: r.try_get("streams")?,
+                    events: r.try_get("events")?,
+                    intact: r.try_get::<i64, _>("intact")? != 0,
+                    broken_at: r.try_get("broken_at")?,
+                })
+            })
+            .transpose()
+            .map_err(StoreError::from)
+        })
+    }
+
+    /// Replaces the live view table's rows with the shadow table's, in one transaction.
+    pub async fn swap_in_shadow_views(&self) -> Result<u64, StoreError> {
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("DELETE FROM journey_context_view").execute(&mut *tx).await?;
+            let n = sqlx::query("INSERT INTO journey_context_view (view_id, version, payload) SELECT view_id, version, payload FROM journey_context_view_shadow")
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            Ok(n)
+        })
+    }
+}
+
 /// The view tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ViewTable {

@@ -116,3 +116,26 @@ async fn the_service_refuses_to_start_on_postgres_without_capability_keys() {
     let err = skillpilot::app::App::build(settings, clock).await.err().expect("refused");
     assert!(format!("{err:#}").contains("SKILLPILOT_CAPABILITY_KEYS"), "{err:#}");
 }
+
+async fn metrics_count_commands_conflicts_and_tool_exits(t: Arc<TestApp>) {
+    use aggregates::learning_journey::{Consent, Evidence, JourneyCommand};
+    use skillpilot::app::journeys::{Actor, CommandRequest};
+    let s = t.started().await;
+    let complete = |v: u64| CommandRequest {
+        journey_id: s.journey_id.clone(),
+        command: JourneyCommand::CompleteGoal { evidence: Evidence::Guided, consent: Consent::CloseOnly },
+        expected_version: Some(v),
+        identity: None,
+        tool: "test",
+        actor: Actor::Learner,
+    };
+    t.app.execute(complete(2), None).await.unwrap();
+    assert!(t.app.execute(complete(2), None).await.is_err());
+    let text = t.http.get(format!("{}/metrics", t.base_url)).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains(r#"skillpilot_commands_total{command="CompleteGoal",outcome="applied"} 1"#), "{text}");
+    assert!(text.contains(r#"skillpilot_commands_total{command="CompleteGoal",outcome="conflict"} 1"#), "{text}");
+    assert!(text.contains("skillpilot_command_duration_seconds_bucket"), "{text}");
+    assert!(text.contains("skillpilot_projection_lag_events"), "{text}");
+}
+
+both_stores!(metrics_count_commands_conflicts_and_tool_exits);

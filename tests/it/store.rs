@@ -148,6 +148,8 @@ async fn a_modified_event_payload_is_named_by_audit_verify(t: Arc<TestApp>) {
     assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
     let out = t.cli(&["audit", "verify"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let last = t.app.store.last_audit_run().await.unwrap().expect("the CLI run is recorded");
+    assert!(last.intact && last.events >= 3);
 
     let sql = |cast: &str| {
         format!(
@@ -164,6 +166,12 @@ async fn a_modified_event_payload_is_named_by_audit_verify(t: Arc<TestApp>) {
     assert_ne!(out.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains(&s.journey_id) && stdout.contains("sequence 3"), "{stdout}");
+    // The operator API runs and records it too.
+    let operator = t.app.create_staff_token(skillpilot::app::identity::Role::Operator).await.unwrap();
+    let body: serde_json::Value =
+        t.http.post(format!("{}/v1/operator/audit/verify", t.base_url)).bearer_auth(&operator).send().await.unwrap().json().await.unwrap();
+    assert_eq!(body["lastVerify"]["intact"], false);
+    assert!(body["lastVerify"]["brokenAt"].as_str().unwrap().contains("sequence 3"));
 }
 
 async fn a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one(t: Arc<TestApp>) {
@@ -185,6 +193,12 @@ async fn a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one(t:
     .await;
     let report = t.app.replay().await.unwrap();
     assert_eq!(report.differing, vec![b.journey_id.clone()]);
+    // The operator swaps the rebuilt view in; then live equals the log again.
+    let out = t.cli(&["replay"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = t.cli(&["replay", "--swap"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(t.app.replay().await.unwrap().differing.is_empty());
 }
 
 async fn a_snapshot_loads_to_the_same_state_as_the_full_fold(t: Arc<TestApp>) {
