@@ -29,6 +29,10 @@ pub struct Cli {
     /// The content directory with the curricula.
     #[arg(long = "content", global = true, env = "SKILLPILOT_CONTENT", default_value = "content")]
     content: PathBuf,
+    /// A TOML config file (keys: db, addr, public_url, content, default_locale, allowed_hosts,
+    /// allowed_origins, capability_keys); flags and environment variables take precedence.
+    #[arg(long, global = true, env = "SKILLPILOT_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }

@@ -68,3 +68,39 @@ impl Settings {
         format!("{}/start", self.public_url.trim_end_matches('/'))
     }
 }
+
+/// Keys of the config file and the environment variables they fill.
+pub const FILE_KEYS: &[(&str, &str)] = &[
+    ("db", "DATABASE_URL"),
+    ("addr", "SKILLPILOT_ADDR"),
+    ("public_url", "SKILLPILOT_PUBLIC_URL"),
+    ("content", "SKILLPILOT_CONTENT"),
+    ("default_locale", "SKILLPILOT_DEFAULT_LOCALE"),
+    ("allowed_hosts", "SKILLPILOT_ALLOWED_HOSTS"),
+    ("allowed_origins", "SKILLPILOT_ALLOWED_ORIGINS"),
+    ("capability_keys", "SKILLPILOT_CAPABILITY_KEYS"),
+];
+
+/// Reads the TOML file named by `SKILLPILOT_CONFIG` (or `--config FILE` on the command line)
+/// and sets every environment variable it names that is not set already. Unknown keys are an
+/// error naming the key; lists become comma-separated values.
+pub fn apply_config_file() -> anyhow::Result<()> {
+    use anyhow::Context;
+    let args: Vec<String> = std::env::args().collect();
+    let from_flag = args.iter().position(|a| a == "--config").and_then(|i| args.get(i + 1)).cloned();
+    let Some(path) = from_flag.or_else(|| std::env::var("SKILLPILOT_CONFIG").ok()) else { return Ok(()) };
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read the config file {path}"))?;
+    let table: toml::Table = text.parse().with_context(|| format!("{path} is not valid TOML"))?;
+    for (key, value) in table {
+        let env = FILE_KEYS.iter().find(|(k, _)| *k == key).map(|(_, e)| *e).with_context(|| format!("{path}: unknown key `{key}`"))?;
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Array(items) => items.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(","),
+            other => other.to_string(),
+        };
+        if std::env::var_os(env).is_none() {
+            std::env::set_var(env, value);
+        }
+    }
+    Ok(())
+}

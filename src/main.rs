@@ -1,15 +1,29 @@
-//! The `skillpilot` binary: parse the command line, set up logging, run.
+//! The `skillpilot` binary: read the optional config file, parse the command line, set up
+//! logging, run. Precedence: flags, then environment, then the config file, then defaults.
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use skillpilot::cli::{run, Cli};
+use skillpilot::config::apply_config_file;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+fn main() -> std::process::ExitCode {
+    // Before any thread exists: the file only fills environment variables that are unset.
+    if let Err(e) = apply_config_file() {
+        eprintln!("skillpilot: {e:#}");
+        return std::process::ExitCode::FAILURE;
+    }
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,rmcp=warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    match run(Cli::parse()).await {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("skillpilot: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
             eprintln!("skillpilot: {e:#}");
