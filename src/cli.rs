@@ -228,6 +228,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             settings.default_locale = default_locale;
             let app = App::build(settings, Arc::new(SystemClock)).await?;
             let service = Application::build(app.clone()).await?;
+            tracing::info!(report = ?app.registry.report, refused = ?app.registry.refused(), "tool registry");
             tracing::info!(addr = %app.settings.addr, port = service.port(), store = app.store.kind(), "serving");
             service.run_until(shutdown_signal()).await?;
             Ok(0)

@@ -254,7 +254,7 @@ impl Registry {
                 Grade::Bound => {}
             }
         }
-        tracing::info!(report = ?registry.report, "tool registry whole-picture report");
+        tracing::debug!(report = ?registry.report, "tool registry whole-picture report");
         registry
     }
 
