@@ -34,7 +34,7 @@ fn t0() -> DateTime<Utc> {
 fn run(pack: &Arc<Pack>, cmds: Vec<JourneyCommand>) -> LearningJourney {
     let mut s = LearningJourney::default();
     for c in std::iter::once(JourneyCommand::StartJourney { locale: "de".into() }).chain(cmds) {
-        for e in s.decide(c, &JourneyServices { pack: pack.clone(), now: t0() }).unwrap() {
+        for e in s.decide(c, &JourneyServices::new(pack.clone(), t0())).unwrap() {
             s.apply(e);
         }
     }

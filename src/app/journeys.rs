@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use aggregates::curriculum::Pack;
-use aggregates::learning_journey::{JourneyCommand, JourneyEvent, JourneyServices, LearningJourney, EVENT_VERSION};
+use aggregates::learning_journey::{Features, JourneyCommand, JourneyEvent, JourneyServices, LearningJourney, EVENT_VERSION};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use cqrs_es::persist::SerializedEvent;
@@ -192,7 +192,19 @@ impl App {
             (JourneyCommand::StartJourney { .. }, Some(pack)) => pack,
             _ => self.pack_of(&loaded.state)?,
         };
-        let events = loaded.state.decide(request.command.clone(), &JourneyServices { pack: pack.clone(), now })?;
+        let features = Features {
+            recall: [
+                "start_skillpilot_verified_recall",
+                "get_skillpilot_verified_recall_answers",
+                "record_skillpilot_verified_recall_results",
+            ]
+            .iter()
+            .all(|t| self.registry.is_bound(t)),
+            exam: ["start_skillpilot_exam", "get_skillpilot_exam_solutions", "record_skillpilot_exam_scores"]
+                .iter()
+                .all(|t| self.registry.is_bound(t)),
+        };
+        let events = loaded.state.decide(request.command.clone(), &JourneyServices { pack: pack.clone(), now, features })?;
         if events.is_empty() {
             return Ok(Executed { state: loaded.state, committed: Vec::new(), replayed: false, pack });
         }

@@ -147,7 +147,11 @@ async fn a_config_file_supplies_settings_that_flags_and_environment_leave_open(t
         crate::helpers::Backend::Postgres => t.db_url.clone(),
     };
     let path = std::env::temp_dir().join(format!("skillpilot-{}.toml", uuid::Uuid::new_v4().simple()));
-    std::fs::write(&path, format!("db = \"{db}\"\ncontent = \"{}\"\ncapability_keys = \"{}\"\n", crate::helpers::content_dir().display(), t.keys_spec)).unwrap();
+    std::fs::write(
+        &path,
+        format!("db = \"{db}\"\ncontent = \"{}\"\ncapability_keys = \"{}\"\n", crate::helpers::content_dir().display(), t.keys_spec),
+    )
+    .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
         .args(["--config", path.to_str().unwrap(), "events", "--type", "JourneyStarted"])
         .env_remove("DATABASE_URL")
@@ -158,7 +162,8 @@ async fn a_config_file_supplies_settings_that_flags_and_environment_leave_open(t
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1);
     std::fs::write(&path, "colour = \"blue\"\n").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot")).args(["--config", path.to_str().unwrap(), "events"]).output().unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot")).args(["--config", path.to_str().unwrap(), "events"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key `colour`"));
     std::fs::remove_file(&path).ok();

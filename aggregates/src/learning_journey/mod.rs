@@ -274,13 +274,39 @@ pub struct LearningJourney {
     pub last_event_at: Option<DateTime<Utc>>,
 }
 
-/// What `handle` needs from outside: the journey's pack and the injected clock.
+/// Which workflows the coach can reach now: a workflow whose tools are refused at the tool
+/// handshake is never offered as a next step (the domain does not pretend it exists).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// Verified recall can be run.
+    pub recall: bool,
+    /// The exam can be run.
+    pub exam: bool,
+}
+
+impl Default for Features {
+    fn default() -> Self {
+        Self { recall: true, exam: true }
+    }
+}
+
+/// What `handle` needs from outside: the journey's pack, the injected clock and which
+/// workflows are reachable.
 #[derive(Clone, Debug)]
 pub struct JourneyServices {
     /// The pack version the journey runs on (for a start: the one to start on).
     pub pack: Arc<Pack>,
     /// Now, from the injected clock.
     pub now: DateTime<Utc>,
+    /// Reachable workflows.
+    pub features: Features,
+}
+
+impl JourneyServices {
+    /// Services with every workflow reachable.
+    pub fn new(pack: Arc<Pack>, now: DateTime<Utc>) -> Self {
+        Self { pack, now, features: Features::default() }
+    }
 }
 
 /// Keep mastery on two decimals so repeated additions never drift (0.6 + 0.1 is 0.7).
@@ -498,7 +524,7 @@ impl Aggregate for LearningJourney {
 impl LearningJourney {
     /// Decide the events for a command without changing `self`.
     pub fn decide(&self, command: JourneyCommand, svc: &JourneyServices) -> Result<Vec<JourneyEvent>, JourneyError> {
-        let mut scratch = Decision { state: self.clone(), events: Vec::new() };
+        let mut scratch = Decision { state: self.clone(), events: Vec::new(), features: svc.features };
         scratch.run(command, &svc.pack, svc.now)?;
         Ok(scratch.events)
     }
@@ -507,6 +533,7 @@ impl LearningJourney {
 struct Decision {
     state: LearningJourney,
     events: Vec<JourneyEvent>,
+    features: Features,
 }
 
 impl Decision {
@@ -623,8 +650,16 @@ impl Decision {
         Ok(())
     }
 
+    fn recall_due(&self, pack: &Pack, now: DateTime<Utc>) -> bool {
+        self.features.recall && !self.state.due_cards(pack, now).is_empty()
+    }
+
+    fn exam_offerable(&self, pack: &Pack) -> bool {
+        self.features.exam && self.state.exam_offerable(pack)
+    }
+
     fn has_successor(&self, pack: &Pack, now: DateTime<Utc>) -> bool {
-        !self.state.due_cards(pack, now).is_empty() || !self.next_goals(pack).is_empty() || self.state.exam_offerable(pack)
+        self.recall_due(pack, now) || !self.next_goals(pack).is_empty() || self.exam_offerable(pack)
     }
 
     fn next_goals(&self, pack: &Pack) -> Vec<String> {
@@ -634,7 +669,7 @@ impl Decision {
 
     /// SPEC §5.2c rule 2: what "go on" leads to.
     fn advance(&mut self, pack: &Pack, now: DateTime<Utc>) {
-        let due = !self.state.due_cards(pack, now).is_empty();
+        let due = self.recall_due(pack, now);
         let goals = self.next_goals(pack);
         if due && !goals.is_empty() {
             let step = if self.state.autopilot { NextStep::OfferRecall } else { NextStep::ChooseMode };
@@ -643,7 +678,7 @@ impl Decision {
             self.emit(JourneyEvent::NextStepDecided { step: NextStep::OfferRecall, at: now });
         } else if !goals.is_empty() {
             self.next_goal(pack, now);
-        } else if self.state.exam_offerable(pack) {
+        } else if self.exam_offerable(pack) {
             self.emit(JourneyEvent::NextStepDecided { step: NextStep::OfferExam, at: now });
         } else {
             self.emit(JourneyEvent::NextStepDecided { step: NextStep::ConfirmCompletion, at: now });
@@ -672,7 +707,7 @@ impl Decision {
             Some(Workflow::Exam { .. }) => return Err(JourneyError::NotAllowed),
             None => {}
         }
-        if self.state.next == NextStep::Teach {
+        if self.state.next == NextStep::Teach || !self.features.recall {
             return Err(JourneyError::NotAllowed);
         }
         let mut due = self.state.due_cards(pack, now);
@@ -727,7 +762,7 @@ impl Decision {
         }
         self.emit(JourneyEvent::RecallResultsRecorded { instance, results, at: now });
         // SPEC §5.2c rule 3.
-        if !self.state.due_cards(pack, now).is_empty() {
+        if self.recall_due(pack, now) {
             self.emit(JourneyEvent::NextStepDecided { step: NextStep::OfferNextRecallBatch, at: now });
         } else {
             self.advance(pack, now);
@@ -745,7 +780,7 @@ impl Decision {
         if missing > 0 {
             return Err(JourneyError::NotEligible { missing_goals: missing });
         }
-        if self.state.exam_passed() || self.state.next == NextStep::Teach {
+        if self.state.exam_passed() || self.state.next == NextStep::Teach || !self.features.exam {
             return Err(JourneyError::NotAllowed);
         }
         let instance = self.state.version + 1;

@@ -35,7 +35,7 @@ impl Given {
 
     #[track_caller]
     fn when(&self, cmd: JourneyCommand) -> Result<Vec<JourneyEvent>, JourneyError> {
-        self.state.decide(cmd, &JourneyServices { pack: self.pack.clone(), now: self.now })
+        self.state.decide(cmd, &JourneyServices::new(self.pack.clone(), self.now))
     }
 
     #[track_caller]
@@ -332,7 +332,7 @@ proptest! {
         let mut log: Vec<JourneyEvent> = Vec::new();
         // The start events belong to the log too.
         let mut fresh = LearningJourney::default();
-        let start = fresh.decide(JourneyCommand::StartJourney { locale: "de".into() }, &JourneyServices { pack: g.pack.clone(), now: t0() }).unwrap();
+        let start = fresh.decide(JourneyCommand::StartJourney { locale: "de".into() }, &JourneyServices::new(g.pack.clone(), t0())).unwrap();
         for e in &start { fresh.apply(e.clone()); }
         log.extend(start);
         prop_assert_eq!(&fresh, &g.state);
@@ -369,4 +369,18 @@ proptest! {
         }
         prop_assert_eq!(replayed, g.state);
     }
+}
+
+#[test]
+fn without_reachable_recall_the_policy_never_offers_it() {
+    let mut g = Given::started();
+    let svc = JourneyServices { pack: g.pack.clone(), now: g.now, features: Features { recall: false, exam: true } };
+    let events =
+        g.state.decide(JourneyCommand::CompleteGoal { evidence: Evidence::Independent, consent: Consent::CloseAndContinue }, &svc).unwrap();
+    for e in events {
+        g.state.apply(e);
+    }
+    // Due cards exist, but recall is unreachable: straight to the goal choice, no mode choice.
+    assert!(matches!(g.state.next, NextStep::ChooseGoal { .. }), "{:?}", g.state.next);
+    assert_eq!(g.state.decide(JourneyCommand::StartRecall, &svc), Err(JourneyError::NotAllowed));
 }
