@@ -14,3 +14,4 @@ pub mod metrics;
 pub mod registry;
 pub mod startup;
 pub mod store;
+pub mod web;

@@ -23,6 +23,7 @@ use crate::error::AppError;
 const OPTION_PURPOSE: &[u8] = b"skillpilot:option:v1";
 const CAPABILITY_PURPOSE: &[u8] = b"skillpilot:capability:v1";
 const SESSION_PURPOSE: &[u8] = b"skillpilot:session:v1";
+const WEB_PURPOSE: &[u8] = b"skillpilot:web:v1";
 
 /// What a `learningSessionId` says: which session, until when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,6 +200,16 @@ impl Sealer for NoTokens {
 }
 
 impl Keys {
+    /// Seals the web GUI's sign-in cookie.
+    pub fn seal_web(&self, claims: &impl Serialize) -> String {
+        self.seal(claims, WEB_PURPOSE)
+    }
+
+    /// Opens the web GUI's sign-in cookie.
+    pub fn open_web<T: for<'de> Deserialize<'de>>(&self, token: &str) -> Option<T> {
+        self.open(token, WEB_PURPOSE)
+    }
+
     /// Seals a session id into the opaque `learningSessionId` (fresh nonce each time).
     pub fn seal_session(&self, claims: &SessionClaims) -> String {
         self.seal(claims, SESSION_PURPOSE)

@@ -19,6 +19,7 @@ use crate::app::App;
 /// The service's router.
 pub fn router(app: Arc<App>) -> Router {
     let mcp = crate::mcp::router(app.clone(), &app.settings.mcp);
+    let app_for_web = app.clone();
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -34,6 +35,7 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(app)
         .merge(mcp)
+        .merge(crate::web::router(app_for_web))
 }
 
 /// Prometheus text exposition; the projector lag is refreshed on each scrape.

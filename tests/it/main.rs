@@ -9,3 +9,4 @@ mod mcp_contract;
 mod mcp_journeys;
 mod registry;
 mod store;
+mod web;

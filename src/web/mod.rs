@@ -1,0 +1,367 @@
+//! The small web GUI (SPEC §10): sign in, start a learning session (the page every session error
+//! points to), see progress as a goal graph, and — for operators — the registry, quota and audit
+//! at a glance. Server-rendered with minijinja; every form carries a CSRF token (double submit:
+//! a `SameSite=Strict` cookie and a hidden field); the sign-in cookie is sealed, `HttpOnly`,
+//! `SameSite=Lax`, and `Secure` when the public URL is https. Pages call the same application
+//! services as the JSON API.
+
+mod graph;
+mod text;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use minijinja::{context, Environment};
+use serde::{Deserialize, Serialize};
+
+use crate::app::identity::{Principal, Role};
+use crate::app::sessions::StartSession;
+use crate::app::tokens::NoTokens;
+use crate::app::App;
+use crate::error::AppError;
+use text::{texts, Texts};
+
+const SESSION_COOKIE: &str = "sp_web";
+const CSRF_COOKIE: &str = "sp_csrf";
+
+fn templates() -> Environment<'static> {
+    let mut env = Environment::new();
+    for (name, source) in [
+        ("base.html", include_str!("templates/base.html")),
+        ("sign_in.html", include_str!("templates/sign_in.html")),
+        ("start.html", include_str!("templates/start.html")),
+        ("started.html", include_str!("templates/started.html")),
+        ("progress.html", include_str!("templates/progress.html")),
+        ("operator.html", include_str!("templates/operator.html")),
+        ("message.html", include_str!("templates/message.html")),
+    ] {
+        if let Err(e) = env.add_template(name, source) {
+            tracing::error!(template = name, error = %e, "web template does not compile");
+        }
+    }
+    env
+}
+
+/// The web routes.
+pub fn router(app: Arc<App>) -> Router {
+    let state = Arc::new(Web { app, env: templates() });
+    Router::new()
+        .route("/start", get(start_page).post(start_submit))
+        .route("/sign-in", post(sign_in))
+        .route("/sign-out", post(sign_out))
+        .route("/progress", get(progress))
+        .route("/operator", get(operator))
+        .route("/operator/audit", post(operator_audit))
+        .with_state(state)
+}
+
+struct Web {
+    app: Arc<App>,
+    env: Environment<'static>,
+}
+
+/// What the sealed sign-in cookie holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct WebClaims {
+    role: String,
+    lid: Option<String>,
+    exp: i64,
+}
+
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+}
+
+fn lang_of(query: &HashMap<String, String>, headers: &HeaderMap) -> &'static str {
+    match query.get("lang").map(String::as_str) {
+        Some("en") => "en",
+        Some("de") => "de",
+        _ => {
+            let accept = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            if accept.trim_start().starts_with("en") {
+                "en"
+            } else {
+                "de"
+            }
+        }
+    }
+}
+
+impl Web {
+    fn secure(&self) -> &'static str {
+        if self.app.settings.public_url.starts_with("https://") {
+            "; Secure"
+        } else {
+            ""
+        }
+    }
+
+    fn principal(&self, headers: &HeaderMap) -> Option<Principal> {
+        let sealed = cookie(headers, SESSION_COOKIE)?;
+        let claims: WebClaims = self.app.keys.open_web(&sealed)?;
+        if claims.exp < self.app.clock.now().timestamp() {
+            return None;
+        }
+        let role = match claims.role.as_str() {
+            "learner" => Role::Learner,
+            "operator" => Role::Operator,
+            "analyst" => Role::Analyst,
+            _ => return None,
+        };
+        Some(Principal { role, learner_id: claims.lid })
+    }
+
+    /// The CSRF token of this browser, and the cookie to set when it is new.
+    fn csrf(&self, headers: &HeaderMap) -> (String, Option<String>) {
+        if let Some(existing) = cookie(headers, CSRF_COOKIE).filter(|c| c.len() >= 32) {
+            return (existing, None);
+        }
+        let mut bytes = [0u8; 24];
+        if getrandom::fill(&mut bytes).is_err() {
+            bytes = *blake3::hash(self.app.clock.now().to_rfc3339().as_bytes()).as_bytes().first_chunk().unwrap_or(&[0u8; 24]);
+        }
+        let token = URL_SAFE_NO_PAD.encode(bytes);
+        let set = format!("{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{}", self.secure());
+        (token, Some(set))
+    }
+
+    fn csrf_ok(&self, headers: &HeaderMap, form: &HashMap<String, String>) -> bool {
+        match (cookie(headers, CSRF_COOKIE), form.get("csrf")) {
+            (Some(c), Some(f)) => c.len() >= 32 && blake3::hash(c.as_bytes()) == blake3::hash(f.as_bytes()),
+            _ => false,
+        }
+    }
+
+    fn render(&self, name: &str, ctx: minijinja::Value, set_cookie: Option<String>, status: StatusCode) -> Response {
+        let body = match self.env.get_template(name).and_then(|t| t.render(ctx)) {
+            Ok(html) => html,
+            Err(e) => {
+                tracing::error!(template = name, error = %e, "web template failed");
+                return (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
+            }
+        };
+        let mut response = (status, Html(body)).into_response();
+        if let Some(c) = set_cookie.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
+            response.headers_mut().append(header::SET_COOKIE, c);
+        }
+        response
+    }
+
+    fn message(&self, t: &Texts, lang: &str, status: StatusCode, title: &str, message: &str) -> Response {
+        self.render("message.html", context! { lang, t, title, message, signed_in => false, csrf => "" }, None, status)
+    }
+
+    fn sign_in_page(&self, headers: &HeaderMap, lang: &'static str, next: &str, error: Option<&str>) -> Response {
+        let t = texts(lang);
+        let (csrf, set) = self.csrf(headers);
+        let status = if error.is_some() { StatusCode::UNAUTHORIZED } else { StatusCode::OK };
+        self.render("sign_in.html", context! { lang, t, title => t.sign_in_title, csrf, next, error, signed_in => false }, set, status)
+    }
+}
+
+async fn start_page(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
+    let lang = lang_of(&query, &headers);
+    let t = texts(lang);
+    match web.principal(&headers) {
+        Some(p) if p.role == Role::Learner => {
+            let (csrf, set) = web.csrf(&headers);
+            let curricula: Vec<_> = web
+                .app
+                .catalog
+                .all_latest()
+                .iter()
+                .map(|p| context! { id => p.id.clone(), title => p.text(&p.title, lang).to_owned() })
+                .collect();
+            web.render(
+                "start.html",
+                context! { lang, t, title => t.start_title, csrf, curricula, signed_in => true, error => None::<String> },
+                set,
+                StatusCode::OK,
+            )
+        }
+        _ => web.sign_in_page(&headers, lang, "/start", None),
+    }
+}
+
+async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
+    let lang = lang_of(&form, &headers);
+    let t = texts(lang);
+    if !web.csrf_ok(&headers, &form) {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
+    }
+    let next = match form.get("next").map(String::as_str) {
+        Some("/progress") => "/progress",
+        Some("/operator") => "/operator",
+        _ => "/start",
+    };
+    let token = form.get("token").map(|s| s.trim()).unwrap_or_default();
+    let principal = match web.app.authenticate(token).await {
+        Ok(p) => p,
+        Err(_) => return web.sign_in_page(&headers, lang, next, Some(t.sign_in_failed)),
+    };
+    let claims = WebClaims {
+        role: principal.role.as_str().to_owned(),
+        lid: principal.learner_id,
+        exp: (web.app.clock.now() + chrono::Duration::hours(12)).timestamp(),
+    };
+    let sealed = web.app.keys.seal_web(&claims);
+    let mut response = Redirect::to(&format!("{next}?lang={lang}")).into_response();
+    if let Ok(v) =
+        header::HeaderValue::from_str(&format!("{SESSION_COOKIE}={sealed}; Path=/; HttpOnly; SameSite=Lax; Max-Age=43200{}", web.secure()))
+    {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    response
+}
+
+async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
+    let lang = lang_of(&form, &headers);
+    let t = texts(lang);
+    if !web.csrf_ok(&headers, &form) {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
+    }
+    let mut response = Redirect::to("/start").into_response();
+    if let Ok(v) = header::HeaderValue::from_str(&format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}", web.secure())) {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    response
+}
+
+async fn start_submit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
+    let lang = match form.get("locale").map(String::as_str) {
+        Some("en") => "en",
+        _ => "de",
+    };
+    let t = texts(lang);
+    if !web.csrf_ok(&headers, &form) {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
+    }
+    let Some(principal) = web.principal(&headers).filter(|p| p.role == Role::Learner) else {
+        return web.sign_in_page(&headers, lang, "/start", None);
+    };
+    let request = StartSession {
+        curriculum_id: form.get("curriculum").cloned(),
+        locale: Some(lang.to_owned()),
+        time_zone: form.get("time_zone").cloned().filter(|z| z.parse::<chrono_tz::Tz>().is_ok()).or_else(|| Some("UTC".into())),
+    };
+    match web.app.start_session(&principal, request).await {
+        Ok(started) => {
+            let lang = if started.locale.starts_with("en") { "en" } else { "de" };
+            let t = texts(lang);
+            let (csrf, set) = web.csrf(&headers);
+            web.render("started.html", context! { lang, t, title => t.started_title, csrf, signed_in => true }, set, StatusCode::CREATED)
+        }
+        Err(AppError::StoreUnavailable) => web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
+        Err(_) => web.message(&t, lang, StatusCode::BAD_REQUEST, t.error_title, t.start_failed),
+    }
+}
+
+async fn progress(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
+    let lang = lang_of(&query, &headers);
+    let t = texts(lang);
+    let Some(principal) = web.principal(&headers) else {
+        return web.sign_in_page(&headers, lang, "/progress", None);
+    };
+    let Some(learner_id) = principal.learner_id.clone().filter(|_| principal.role == Role::Learner) else {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.learners_only);
+    };
+    // Only the signed-in learner's own journey: the id comes from the sealed cookie, never from the request.
+    let session = match web.app.store.latest_session(&learner_id).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return web.message(&t, lang, StatusCode::NOT_FOUND, t.progress_title, t.no_journey),
+        Err(_) => return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
+    };
+    let loaded = match web.app.load_journey(&session.journey_id).await {
+        Ok(l) => l,
+        Err(_) => return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
+    };
+    let Ok(pack) = web.app.pack_of(&loaded.state) else {
+        return web.message(&t, lang, StatusCode::INTERNAL_SERVER_ERROR, t.error_title, t.start_failed);
+    };
+    let state = &loaded.state;
+    let lang = if state.locale.starts_with("en") { "en" } else { "de" };
+    let t = texts(lang);
+    let tz = session.time_zone.parse::<chrono_tz::Tz>().unwrap_or(chrono_tz::UTC);
+    let ctx = web.app.context_of(state, &pack, tz, &NoTokens);
+    let active = state.active_goal.as_deref().and_then(|g| pack.goal(g)).map(|g| pack.text(&g.title, lang).to_owned());
+    let svg = graph::goal_graph(&pack, state, lang, &t);
+    let (csrf, set) = web.csrf(&headers);
+    web.render(
+        "progress.html",
+        context! {
+            lang, t, title => t.progress_title, csrf, signed_in => true,
+            curriculum => pack.text(&pack.title, lang).to_owned(),
+            status_line => ctx.plan_status.status_line,
+            mastered => ctx.progress.mastered, total => ctx.progress.total,
+            active, graph => svg,
+        },
+        set,
+        StatusCode::OK,
+    )
+}
+
+async fn operator(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
+    let lang = lang_of(&query, &headers);
+    let t = texts(lang);
+    let Some(principal) = web.principal(&headers) else {
+        return web.sign_in_page(&headers, lang, "/operator", None);
+    };
+    if principal.role != Role::Operator {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.operators_only);
+    }
+    let (report, audit) = match (web.app.registry_report().await, web.app.store.last_audit_run().await) {
+        (Ok(r), Ok(a)) => (r, a),
+        _ => return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
+    };
+    let report = serde_json::to_value(&report).unwrap_or_default();
+    let audit_time = audit
+        .as_ref()
+        .and_then(|a| chrono::DateTime::<chrono::Utc>::from_timestamp_millis(a.finished_ms))
+        .map(|d| d.format("%Y-%m-%d %H:%M UTC").to_string());
+    let (csrf, set) = web.csrf(&headers);
+    web.render(
+        "operator.html",
+        context! {
+            lang, t, title => t.operator_title, csrf, signed_in => true,
+            tools => minijinja::Value::from_serialize(&report["registry"]["tools"]),
+            quota => minijinja::Value::from_serialize(&report["quota"]["rows"]),
+            turns => minijinja::Value::from_serialize(&report["quota"]["turns"]),
+            suspected => minijinja::Value::from_serialize(&report["quota"]["suspected"]),
+            audit => minijinja::Value::from_serialize(&audit),
+            audit_time,
+        },
+        set,
+        StatusCode::OK,
+    )
+}
+
+async fn operator_audit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
+    let lang = lang_of(&form, &headers);
+    let t = texts(lang);
+    if !web.csrf_ok(&headers, &form) {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
+    }
+    match web.principal(&headers) {
+        Some(p) if p.role == Role::Operator => {
+            if web.app.audit_verify_recorded(usize::MAX, |_| {}).await.is_err() {
+                return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable);
+            }
+            Redirect::to("/operator").into_response()
+        }
+        _ => web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.operators_only),
+    }
+}
