@@ -96,6 +96,29 @@ enum Command {
         #[arg(long)]
         swap: bool,
     },
+    /// Measure the service against the store's own limit (see docs/performance.md). Runs on a
+    /// scratch database: a temporary SQLite file, or with `--db postgres://…` a scratch
+    /// database created on that server and dropped afterwards.
+    Bench {
+        /// Concurrency levels (simulated coaches).
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        concurrency: Vec<usize>,
+        /// Seconds per level (and per baseline).
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Events of the long journey.
+        #[arg(long, default_value_t = 10_000)]
+        long_journey_events: usize,
+        /// Journeys for the peak-RSS measurement.
+        #[arg(long, default_value_t = 10_000)]
+        rss_journeys: usize,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Write an SVG plot of throughput against concurrency.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
     /// Print an analyst view (or, without a name, the views with their lag).
     Analytics {
         /// View name (goal-mastery, recall-outcomes, exam-results, daily-activity, tool-usage).
@@ -194,6 +217,29 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
             let report = app.registry_report().await.map_err(|e| anyhow::anyhow!("cannot read the tool-call audit: {}", e.code()))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(0)
+        }
+        Command::Bench { concurrency, duration, long_journey_events, rss_journeys, json, plot } => {
+            anyhow::ensure!(!concurrency.is_empty() && concurrency.iter().all(|c| *c > 0), "--concurrency needs positive numbers");
+            let db = std::env::args()
+                .any(|a| a == "--db" || a.starts_with("--db="))
+                .then(|| cli.db.clone())
+                .or_else(|| std::env::var("DATABASE_URL").ok());
+            let options = crate::bench::BenchOptions {
+                db,
+                concurrency,
+                duration,
+                long_journey_events,
+                rss_journeys,
+                content: cli.content.clone(),
+                plot,
+            };
+            let report = crate::bench::run(options).await?;
+            if json {
+                println!("{report}");
+            } else {
+                print_bench(&report);
+            }
             Ok(0)
         }
         Command::Analytics { name, format } => {
@@ -310,4 +356,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
         }
     }
+}
+
+fn print_bench(r: &serde_json::Value) {
+    println!("store: {}", r["store"].as_str().unwrap_or(""));
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "coaches", "writes/s", "reads/s", "w p50 ms", "w p99 ms", "inserts/s", "ins p99 ms"
+    );
+    for l in r["levels"].as_array().into_iter().flatten() {
+        println!(
+            "{:>6} {:>10.0} {:>10.0} {:>10.2} {:>10.2} {:>12.0} {:>12.2}",
+            l["concurrency"].as_u64().unwrap_or(0),
+            l["load"]["writes"]["per_second"].as_f64().unwrap_or(0.0),
+            l["load"]["reads"]["per_second"].as_f64().unwrap_or(0.0),
+            l["load"]["writes"]["p50_ms"].as_f64().unwrap_or(0.0),
+            l["load"]["writes"]["p99_ms"].as_f64().unwrap_or(0.0),
+            l["baseline_insert"]["per_second"].as_f64().unwrap_or(0.0),
+            l["baseline_insert"]["p99_ms"].as_f64().unwrap_or(0.0),
+        );
+    }
+    println!("ratios at concurrency {}:", r["ratios_at_concurrency"]);
+    for (k, v) in r["ratios"].as_object().into_iter().flatten() {
+        println!("  {k:<34} {:.2}   (target {})", v.as_f64().unwrap_or(f64::NAN), r["targets"][k].as_str().unwrap_or(""));
+    }
+    println!("replay: {}", r["replay"]);
+    println!("long stream: {}", r["long_stream"]);
+    println!("rss: {}", r["rss"]);
 }

@@ -3,6 +3,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod app;
+pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod clock;

@@ -23,7 +23,7 @@ use crate::store::chain::{chain_hash, Link, GENESIS};
 use crate::store::{Snapshot, StoreError, StoredEvent, ViewTable};
 
 /// A snapshot is written when this many events were appended since the last one.
-pub const SNAPSHOT_EVERY: u64 = 100;
+pub const SNAPSHOT_EVERY: u64 = 25;
 
 /// Who caused a command (metadata; never an identity).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,7 +305,11 @@ impl App {
     /// are durable, the view records its version and is caught up at the next start.
     async fn after_commit(&self, journey_id: &str, state: &LearningJourney, pack: &Pack, last_hash: &str, snapshot_version: u64) {
         let view = view_of(state, pack);
-        if let Err(e) = self.store.save_view(ViewTable::Context, journey_id, state.version, &view).await {
+        if let Err(e) = self
+            .side
+            .write(super::side_writer::SideRow::View { journey_id: journey_id.to_owned(), version: state.version, payload: view })
+            .await
+        {
             tracing::warn!(error = %e, "view update deferred to catch-up");
         }
         if state.version - snapshot_version >= SNAPSHOT_EVERY {

@@ -7,6 +7,7 @@ pub mod journeys;
 pub mod operator;
 pub mod quota;
 pub mod sessions;
+pub mod side_writer;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -23,7 +24,9 @@ use tokens::Keys;
 /// The application: shared by every request.
 pub struct App {
     /// The store.
-    pub store: Store,
+    pub store: Arc<Store>,
+    /// Group commit of audit and view rows.
+    pub side: side_writer::SideWriter,
     /// Installed curricula.
     pub catalog: Catalog,
     /// The injected clock.
@@ -54,6 +57,8 @@ impl App {
             .await
             .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
         store.migrate().await.context("cannot apply the migrations")?;
+        let store = Arc::new(store);
+        let side = side_writer::SideWriter::start(store.clone());
         let catalog = Catalog::load(&settings.content_dir)?;
         let lock = match &settings.seams_lock {
             Some(path) => Lock::read(path)?,
@@ -62,6 +67,7 @@ impl App {
         let registry = Registry::start(&lock);
         let app = Arc::new(Self {
             store,
+            side,
             catalog,
             clock,
             settings,

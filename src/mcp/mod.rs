@@ -117,8 +117,13 @@ fn call_result(structured: Value, summary: String, is_error: bool, meta: Option<
 
 impl CoachServer {
     async fn audit(&self, row: ToolCallRow) {
-        if let Err(e) = self.app.store.record_tool_call(&row).await {
-            tracing::warn!(error = %e, tool = %row.tool, phase = row.phase, "tool-call audit row not written");
+        let (tool, phase) = (row.tool.clone(), row.phase);
+        let side_row = crate::app::side_writer::SideRow::Audit(row);
+        // `started` is queued, the exit awaited: both usually share one group commit, and the
+        // FIFO writer never commits an exit before its call's `started`.
+        let written = if phase == "started" { self.app.side.enqueue(side_row).await } else { self.app.side.write(side_row).await };
+        if let Err(e) = written {
+            tracing::warn!(error = %e, %tool, phase, "tool-call audit row not written");
         }
     }
 

@@ -64,6 +64,9 @@ impl From<PersistenceError> for StoreError {
 pub struct SqliteStore {
     pool: SqlitePool,
     repo: SqliteEventRepository,
+    /// SQLite has one writer; taking turns here instead of in SQLite's busy handler (which
+    /// sleeps in millisecond steps) keeps write latency flat under concurrency.
+    writer: tokio::sync::Mutex<()>,
 }
 
 /// The production store.
@@ -227,7 +230,7 @@ impl Store {
                     .connect_with(options)
                     .await?;
                 let repo = SqliteEventRepository::new(pool.clone());
-                Ok(Self::Sqlite(SqliteStore { pool, repo }))
+                Ok(Self::Sqlite(SqliteStore { pool, repo, writer: tokio::sync::Mutex::new(()) }))
             }
             DbUrl::Postgres(url) => {
                 let options = PgConnectOptions::from_str(url)?;
@@ -239,6 +242,14 @@ impl Store {
                 let repo = PostgresEventRepository::new(pool.clone());
                 Ok(Self::Postgres(PgStore { pool, repo }))
             }
+        }
+    }
+
+    /// Waits for this process's turn to write (SQLite only; PostgreSQL writes concurrently).
+    pub async fn write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self {
+            Self::Sqlite(s) => Some(s.writer.lock().await),
+            Self::Postgres(_) => None,
         }
     }
 
@@ -275,6 +286,7 @@ impl Store {
     /// Appends the events of one commit in one transaction of the store crate. A sequence
     /// number another writer took first gives [`StoreError::Conflict`].
     pub async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         match self {
             Self::Sqlite(s) => s.repo.persist::<LearningJourney>(events, None).await?,
             Self::Postgres(s) => s.repo.persist::<LearningJourney>(events, None).await?,
@@ -694,6 +706,80 @@ impl Store {
             tx.commit().await?;
             Ok(n)
         })
+    }
+}
+
+impl Store {
+    /// Writes audit and view rows in one transaction (the side writer's group commit).
+    pub async fn write_side_rows(&self, rows: &[crate::app::side_writer::SideRow]) -> Result<(), StoreError> {
+        use crate::app::side_writer::SideRow;
+        let view_sql = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
+             ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
+             WHERE journey_context_view.version < excluded.version";
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for row in rows {
+                match row {
+                    SideRow::Audit(a) => {
+                        sqlx::query(
+                            "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+                        )
+                        .bind(&a.call_id)
+                        .bind(a.phase)
+                        .bind(a.writer)
+                        .bind(&a.tool)
+                        .bind(a.journey_id.as_deref())
+                        .bind(a.code)
+                        .bind(a.events_appended)
+                        .bind(a.duration_ms)
+                        .bind(a.at_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    SideRow::View { journey_id, version, payload } => {
+                        sqlx::query(view_sql).bind(journey_id).bind(i64_of(*version)).bind(payload.to_string()).execute(&mut *tx).await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// One single-row insert transaction into the benchmark baseline table.
+    pub async fn baseline_insert(&self, payload: &str) -> Result<(), StoreError> {
+        // The same writer discipline as the service's own writes.
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("INSERT INTO bench_baseline (payload) VALUES ($1)").bind(payload).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Empties the benchmark baseline table.
+    pub async fn baseline_clear(&self) -> Result<(), StoreError> {
+        on_pool!(self, pool => {
+            sqlx::query("DELETE FROM bench_baseline").execute(pool).await?;
+            Ok(())
+        })
+    }
+
+    /// Reads every event row once (the raw scan replay is compared with); returns the count.
+    pub async fn raw_scan(&self) -> Result<usize, StoreError> {
+        let mut after: Option<(String, u64)> = None;
+        let mut n = 0;
+        loop {
+            let page = self.scan_events(after.as_ref().map(|(id, s)| (id.as_str(), *s)), 1000).await?;
+            n += page.len();
+            match page.last() {
+                Some(last) if page.len() == 1000 => after = Some((last.aggregate_id.clone(), last.sequence as u64)),
+                _ => return Ok(n),
+            }
+        }
     }
 }
 

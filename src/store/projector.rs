@@ -62,6 +62,7 @@ impl Store {
         changes: impl Fn(&StoredEvent) -> Result<Vec<Change>, StoreError>,
     ) -> Result<usize, StoreError> {
         let (events_sql, checkpoint_sql) = self.batch_sql();
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) VALUES ($1, 0, 0, 0) ON CONFLICT (projector) DO NOTHING")
                 .bind(projector)

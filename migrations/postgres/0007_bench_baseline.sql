@@ -1,0 +1,7 @@
+-- The physical baseline of `skillpilot bench`: single-row insert transactions on the same
+-- store, driver and pool as the service. Empty in production; the benchmark clears it.
+CREATE TABLE bench_baseline
+(
+    id      bigserial NOT NULL PRIMARY KEY,
+    payload text      NOT NULL
+);

@@ -1,0 +1,565 @@
+//! `skillpilot bench`: drives the real `/mcp` endpoint of a `skillpilot serve` child process
+//! with N concurrent simulated coaches running the golden journey's mix, and measures in the
+//! same run the store's physical baseline (single-row insert transactions through the same
+//! driver and pool size), replay against a raw scan, write latency on a 10,000-event journey
+//! against a fresh one, and the server's peak RSS. Prints a table, or one JSON object.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aggregates::learning_journey::{JourneyCommand, OptionChoice};
+use anyhow::Context;
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+use crate::app::journeys::{Actor, CommandRequest};
+use crate::app::sessions::StartSession;
+use crate::app::tokens::Keys;
+use crate::app::App;
+use crate::clock::SystemClock;
+use crate::config::Settings;
+use crate::store::DbUrl;
+
+/// Benchmark options.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Store: a SQLite path (a fresh temporary file when not given) or a PostgreSQL server URL
+    /// (a scratch database is created there and dropped afterwards).
+    pub db: Option<String>,
+    /// Concurrency levels.
+    pub concurrency: Vec<usize>,
+    /// Seconds per level and per baseline.
+    pub duration: u64,
+    /// Events of the long journey.
+    pub long_journey_events: usize,
+    /// Journeys for the RSS measurement.
+    pub rss_journeys: usize,
+    /// Content directory.
+    pub content: PathBuf,
+    /// Write an SVG plot of throughput against concurrency here.
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Default)]
+struct Samples {
+    latencies: BTreeMap<String, Vec<f64>>,
+    conflicts: BTreeMap<String, usize>,
+    errors: BTreeMap<String, usize>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn stats(values: &mut [f64], secs: f64) -> Value {
+    values.sort_by(|a, b| a.total_cmp(b));
+    json!({
+        "requests": values.len(),
+        "per_second": values.len() as f64 / secs,
+        "p50_ms": percentile(values, 0.50) * 1000.0,
+        "p95_ms": percentile(values, 0.95) * 1000.0,
+        "p99_ms": percentile(values, 0.99) * 1000.0,
+    })
+}
+
+const READ_TOOLS: &[&str] = &["get_skillpilot_learning_context", "render_skillpilot_goal_visualization"];
+
+struct Child {
+    process: std::process::Child,
+    base: String,
+}
+
+impl Child {
+    fn peak_rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id())).ok()?;
+        status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok())
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+async fn spawn_server(db: &str, keys: &str, content: &PathBuf) -> anyhow::Result<Child> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let process = std::process::Command::new(std::env::current_exe()?)
+        .args(["--db", db, "--content"])
+        .arg(content)
+        .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
+        .env("SKILLPILOT_CAPABILITY_KEYS", keys)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("cannot start the server")?;
+    let child = Child { process, base: format!("http://127.0.0.1:{port}") };
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if http.get(format!("{}/healthz", child.base)).send().await.is_ok() {
+            return Ok(child);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    anyhow::bail!("the server did not answer /healthz")
+}
+
+struct Coach {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    sid: Option<String>,
+}
+
+impl Coach {
+    async fn call(&mut self, tool: &str, mut args: Value, samples: &Mutex<Samples>) -> Option<Value> {
+        if let Some(sid) = &self.sid {
+            args["learningSessionId"] = json!(sid);
+        }
+        let started = Instant::now();
+        let response = self
+            .http
+            .post(format!("{}/mcp", self.base))
+            .bearer_auth(&self.token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}}))
+            .send()
+            .await;
+        let elapsed = started.elapsed().as_secs_f64();
+        let body: Option<Value> = match response {
+            Ok(r) => r.json().await.ok(),
+            Err(_) => None,
+        };
+        let mut s = samples.lock().await;
+        let result = body.as_ref().map(|b| b["result"].clone()).filter(|r| r.is_object());
+        match &result {
+            Some(r) if r["isError"] == true => {
+                if r["structuredContent"]["error"]["code"] == "STATE_CONFLICT" {
+                    *s.conflicts.entry(tool.to_owned()).or_default() += 1;
+                } else {
+                    *s.errors.entry(tool.to_owned()).or_default() += 1;
+                }
+                None
+            }
+            Some(r) => {
+                s.latencies.entry(tool.to_owned()).or_default().push(elapsed);
+                Some(r["structuredContent"].clone())
+            }
+            None => {
+                *s.errors.entry(tool.to_owned()).or_default() += 1;
+                None
+            }
+        }
+    }
+
+    /// One learner turn of the golden journey's mix: a fresh context, then what it allows.
+    async fn turn(&mut self, samples: &Mutex<Samples>) -> bool {
+        let Some(ctx) = self.call("get_skillpilot_learning_context", json!({}), samples).await else { return false };
+        if self.sid.is_none() {
+            self.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
+        }
+        let result = match ctx["requiredAction"].as_str().unwrap_or_default() {
+            "teachActiveGoal" => {
+                let args = json!({"expectedStateVersion": ctx["stateVersion"], "clientRequestId": uuid::Uuid::new_v4().to_string(),
+                                  "decision": {"evidence": "independent", "consent": "closeAndContinue"}});
+                self.call("complete_skillpilot_goal", args, samples).await
+            }
+            "chooseOption" | "awaitLearnerContinuation" => {
+                let option = ctx["options"][0]["payload"].clone();
+                self.call("choose_skillpilot_option", json!({"option": option}), samples).await
+            }
+            "offerVerifiedRecall" => self.call("start_skillpilot_verified_recall", json!({}), samples).await,
+            "answerVerifiedRecall" => {
+                let cap = ctx["openWorkflow"]["batchCapability"].clone();
+                self.call("get_skillpilot_verified_recall_answers", json!({"batchCapability": cap}), samples).await
+            }
+            "recordVerifiedRecall" => {
+                let n = ctx["openWorkflow"]["questions"].as_array().map_or(0, Vec::len);
+                let args =
+                    json!({"gradingCapability": ctx["openWorkflow"]["gradingCapability"], "assessments": vec![json!({"passed": true}); n]});
+                self.call("record_skillpilot_verified_recall_results", args, samples).await
+            }
+            "offerExam" => self.call("start_skillpilot_exam", json!({}), samples).await,
+            "answerExam" => {
+                let cap = ctx["openWorkflow"]["examCapability"].clone();
+                self.call("get_skillpilot_exam_solutions", json!({"examCapability": cap}), samples).await
+            }
+            "recordExam" => {
+                let n = ctx["openWorkflow"]["tasks"].as_array().map_or(0, Vec::len);
+                let args = json!({"scoringCapability": ctx["openWorkflow"]["scoringCapability"], "scores": vec![json!({"points": 4}); n]});
+                self.call("record_skillpilot_exam_scores", args, samples).await
+            }
+            _ => return false, // confirmCompletion: this learner is done
+        };
+        if let Some(call) = result.as_ref().and_then(|r| r["continuation"]["toolCall"].as_object()).cloned() {
+            let name = call.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+            self.call(&name, call.get("arguments").cloned().unwrap_or_default(), samples).await;
+        }
+        true
+    }
+}
+
+async fn new_learner(app: &App) -> anyhow::Result<String> {
+    let token = app.create_learner("bench").await.map_err(|e| anyhow::anyhow!("learner: {}", e.code()))?;
+    let principal = app.authenticate(&token).await.map_err(|e| anyhow::anyhow!("auth: {}", e.code()))?;
+    app.start_session(&principal, StartSession { time_zone: Some("UTC".into()), ..Default::default() })
+        .await
+        .map_err(|e| anyhow::anyhow!("session: {}", e.code()))?;
+    Ok(token)
+}
+
+async fn load(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration) -> anyhow::Result<(Value, f64, f64)> {
+    let samples = Arc::new(Mutex::new(Samples::default()));
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (app, base, samples) = (app.clone(), base.to_owned(), samples.clone());
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            while Instant::now() < deadline {
+                let Ok(token) = new_learner(&app).await else { return };
+                let mut coach = Coach { http: http.clone(), base: base.clone(), token, sid: None };
+                while Instant::now() < deadline && coach.turn(&samples).await {}
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut s = samples.lock().await;
+    let mut tools = serde_json::Map::new();
+    let (mut reads, mut writes) = (0usize, 0usize);
+    let names: Vec<String> = s.latencies.keys().chain(s.errors.keys()).chain(s.conflicts.keys()).cloned().collect();
+    for name in names {
+        if tools.contains_key(&name) {
+            continue;
+        }
+        let conflicts = s.conflicts.get(&name).copied().unwrap_or(0);
+        let errors = s.errors.get(&name).copied().unwrap_or(0);
+        let lat = s.latencies.entry(name.clone()).or_default();
+        if READ_TOOLS.contains(&name.as_str()) {
+            reads += lat.len();
+        } else {
+            writes += lat.len();
+        }
+        let mut st = stats(lat, secs);
+        st["conflicts"] = json!(conflicts);
+        st["errors"] = json!(errors);
+        tools.insert(name, st);
+    }
+    let mut all_writes: Vec<f64> =
+        s.latencies.iter().filter(|(k, _)| !READ_TOOLS.contains(&k.as_str())).flat_map(|(_, v)| v.clone()).collect();
+    let mut all_reads: Vec<f64> =
+        s.latencies.iter().filter(|(k, _)| READ_TOOLS.contains(&k.as_str())).flat_map(|(_, v)| v.clone()).collect();
+    let out = json!({
+        "concurrency": concurrency,
+        "seconds": secs,
+        "tools": tools,
+        "writes": stats(&mut all_writes, secs),
+        "reads": stats(&mut all_reads, secs),
+    });
+    Ok((out, writes as f64 / secs, reads as f64 / secs))
+}
+
+/// Context reads only: the read capacity at a concurrency, each coach reading its own journey.
+async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration) -> anyhow::Result<Value> {
+    let samples = Arc::new(Mutex::new(Samples::default()));
+    let mut coaches = Vec::new();
+    for _ in 0..concurrency {
+        coaches.push(new_learner(app).await?);
+    }
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for token in coaches {
+        let (base, samples) = (base.to_owned(), samples.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut coach = Coach { http: reqwest::Client::new(), base, token, sid: None };
+            while Instant::now() < deadline {
+                if let Some(ctx) = coach.call("get_skillpilot_learning_context", json!({}), &samples).await {
+                    if coach.sid.is_none() {
+                        coach.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut s = samples.lock().await;
+    let lat = s.latencies.entry("get_skillpilot_learning_context".into()).or_default();
+    Ok(stats(lat, secs))
+}
+
+async fn baseline(app: &Arc<App>, concurrency: usize, duration: Duration) -> anyhow::Result<Value> {
+    app.store.baseline_clear().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (app, latencies) = (app.clone(), latencies.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                if app.store.baseline_insert("{\"bench\":true}").await.is_ok() {
+                    mine.push(t.elapsed().as_secs_f64());
+                }
+            }
+            latencies.lock().await.extend(mine);
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut l = latencies.lock().await;
+    Ok(stats(&mut l, secs))
+}
+
+/// Median latency of `n` option choices on a journey, each after its own context read (only the
+/// write is timed), through the real endpoint.
+async fn write_p50(base: &str, token: &str, n: usize) -> anyhow::Result<f64> {
+    let samples = Mutex::new(Samples::default());
+    let mut coach = Coach { http: reqwest::Client::new(), base: base.to_owned(), token: token.to_owned(), sid: None };
+    for _ in 0..n {
+        let ctx = coach.call("get_skillpilot_learning_context", json!({}), &samples).await.context("context read failed")?;
+        if coach.sid.is_none() {
+            coach.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
+        }
+        let toggle = ctx["settings"]["options"]
+            .as_array()
+            .and_then(|o| o.iter().find(|x| x["kind"] == "autopilot"))
+            .map(|x| x["payload"].clone())
+            .context("no autopilot option")?;
+        coach.call("choose_skillpilot_option", json!({"option": toggle}), &samples).await;
+    }
+    let mut s = samples.into_inner();
+    let mut lat = s.latencies.remove("choose_skillpilot_option").unwrap_or_default();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    Ok(percentile(&lat, 0.5))
+}
+
+async fn scratch_postgres(url: &str) -> anyhow::Result<(String, String)> {
+    use sqlx::Connection;
+    let name = format!("skillpilot_bench_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(url).await.context("cannot connect to PostgreSQL")?;
+    sqlx::query(&format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).await.context("cannot create the scratch database")?;
+    let (base, query) = url.split_once('?').map(|(b, q)| (b, format!("?{q}"))).unwrap_or((url, String::new()));
+    let prefix = base.rsplit_once('/').map(|(p, _)| p).unwrap_or(base);
+    Ok((format!("{prefix}/{name}{query}"), name))
+}
+
+/// Runs the benchmark; returns the JSON report.
+pub async fn run(options: BenchOptions) -> anyhow::Result<Value> {
+    let keys = Keys::generate_spec()?;
+    let (db, cleanup): (String, Box<dyn FnOnce() + Send>) = match options.db.as_deref().map(DbUrl::parse) {
+        Some(DbUrl::Postgres(url)) => {
+            let (scratch, name) = scratch_postgres(&url).await?;
+            let admin = url.clone();
+            (
+                scratch,
+                Box::new(move || {
+                    let _ = std::process::Command::new("psql")
+                        .args([&admin, "-qc", &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")])
+                        .output();
+                }),
+            )
+        }
+        Some(DbUrl::Sqlite(path)) => (format!("sqlite://{path}"), Box::new(|| {})),
+        None => {
+            let path = std::env::temp_dir().join(format!("skillpilot-bench-{}.db", uuid::Uuid::new_v4().simple()));
+            let p = path.clone();
+            (
+                format!("sqlite://{}", path.display()),
+                Box::new(move || {
+                    for suffix in ["", "-wal", "-shm"] {
+                        let _ = std::fs::remove_file(format!("{}{suffix}", p.display()));
+                    }
+                }),
+            )
+        }
+    };
+    let result = run_on(&options, &db, &keys).await;
+    cleanup();
+    result
+}
+
+async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<Value> {
+    let mut settings = Settings::for_db(DbUrl::parse(db));
+    settings.content_dir = options.content.clone();
+    settings.capability_keys = Some(keys.to_owned());
+    let app = App::build(settings, Arc::new(SystemClock)).await?;
+    let server = spawn_server(db, keys, &options.content).await?;
+    let duration = Duration::from_secs(options.duration);
+    let store = app.store.kind();
+    eprintln!("bench: {store} store, concurrency {:?}, {} s per level", options.concurrency, options.duration);
+
+    let mut levels = Vec::new();
+    let mut by_level = BTreeMap::new();
+    for &c in &options.concurrency {
+        let (report, write_rate, read_rate) = load(&app, &server.base, c, duration).await?;
+        let base = baseline(&app, c, duration).await?;
+        eprintln!(
+            "bench: c={c}: writes {write_rate:.0}/s, reads {read_rate:.0}/s, baseline inserts {:.0}/s",
+            base["per_second"].as_f64().unwrap_or(0.0)
+        );
+        by_level.insert(c, (report.clone(), base.clone(), write_rate, read_rate));
+        levels.push(json!({"concurrency": c, "load": report, "baseline_insert": base}));
+    }
+    let key_level = if options.concurrency.contains(&16) { 16 } else { options.concurrency[0] };
+    let (report, base, write_rate, _mixed_read_rate) = by_level.get(&key_level).cloned().context("no level measured")?;
+    // In the journey's mix every turn has one read and about one write, so the mix cannot show
+    // read capacity: it is measured on its own at the same concurrency.
+    let read_capacity = reads_only(&app, &server.base, key_level, duration).await?;
+    let read_rate = read_capacity["per_second"].as_f64().unwrap_or(0.0);
+    eprintln!("bench: c={key_level}: context reads alone {read_rate:.0}/s");
+
+    // Replay against a raw scan of the same log.
+    let t = Instant::now();
+    let scanned = app.store.raw_scan().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let scan_rate = scanned as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let replay = app.replay().await.map_err(|e| anyhow::anyhow!("replay: {}", e.code()))?;
+    let replay_rate = replay.events as f64 / t.elapsed().as_secs_f64();
+    eprintln!("bench: replay {replay_rate:.0} events/s, raw scan {scan_rate:.0} events/s");
+
+    // A journey with many events, built through the command path, against a fresh one.
+    let long_token = new_learner(&app).await?;
+    let principal = app.authenticate(&long_token).await.map_err(|e| anyhow::anyhow!("{}", e.code()))?;
+    let journey = app
+        .store
+        .latest_session(principal.learner_id.as_deref().unwrap_or_default())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .context("no session")?
+        .journey_id;
+    let built = Instant::now();
+    for i in 0..options.long_journey_events.saturating_sub(2) {
+        let command = JourneyCommand::ChooseOption { choice: OptionChoice::Autopilot { autopilot: i % 2 == 0 } };
+        app.execute(
+            CommandRequest {
+                journey_id: journey.clone(),
+                command,
+                expected_version: None,
+                identity: None,
+                tool: "bench",
+                actor: Actor::Operator,
+            },
+            None,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("building the long journey: {}", e.code()))?;
+    }
+    eprintln!("bench: built a {}-event journey in {:.1} s", options.long_journey_events, built.elapsed().as_secs_f64());
+    // Let the projectors finish folding the build first: the comparison is about one journey's
+    // length, not about a background catch-up competing for the writer.
+    app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let fresh_token = new_learner(&app).await?;
+    let long_p50 = write_p50(&server.base, &long_token, 200).await?;
+    let fresh_p50 = write_p50(&server.base, &fresh_token, 200).await?;
+
+    // Peak RSS with many journeys, each read once through the server.
+    let rss_before = server.peak_rss_kib();
+    let mut tokens = Vec::with_capacity(options.rss_journeys);
+    for _ in 0..options.rss_journeys {
+        tokens.push(new_learner(&app).await?);
+    }
+    let mut read_ok = 0usize;
+    let http = reqwest::Client::new();
+    for token in &tokens {
+        let mut coach = Coach { http: http.clone(), base: server.base.clone(), token: token.clone(), sid: None };
+        let s = Mutex::new(Samples::default());
+        read_ok += usize::from(coach.call("get_skillpilot_learning_context", json!({}), &s).await.is_some());
+    }
+    let rss_after = server.peak_rss_kib();
+
+    let write_insert = write_rate / base["per_second"].as_f64().unwrap_or(f64::NAN);
+    let ratios = json!({
+        "write_vs_insert": write_insert,
+        "read_vs_write": read_rate / write_rate,
+        "replay_vs_scan": replay_rate / scan_rate,
+        "write_p99_vs_insert_p99": report["writes"]["p99_ms"].as_f64().unwrap_or(f64::NAN) / base["p99_ms"].as_f64().unwrap_or(f64::NAN),
+        "long_stream_write_p50_vs_fresh": long_p50 / fresh_p50,
+    });
+    let out = json!({
+        "store": store,
+        "ratios": ratios,
+        "ratios_at_concurrency": key_level,
+        "targets": {"write_vs_insert": ">= 0.5", "read_vs_write": ">= 2", "replay_vs_scan": ">= 0.25", "write_p99_vs_insert_p99": "<= 4", "long_stream_write_p50_vs_fresh": "<= 1.5"},
+        "levels": levels,
+        "read_capacity": read_capacity,
+        "replay": {"events": replay.events, "events_per_second": replay_rate, "raw_scan_events_per_second": scan_rate},
+        "long_stream": {"events": options.long_journey_events, "write_p50_ms": long_p50 * 1000.0, "fresh_write_p50_ms": fresh_p50 * 1000.0},
+        "rss": {"journeys": options.rss_journeys, "journeys_read": read_ok, "peak_kib_before": rss_before, "peak_kib_after": rss_after},
+    });
+    if let Some(path) = &options.plot {
+        std::fs::write(path, plot(&out)).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(out)
+}
+
+/// An SVG line plot of writes/s, reads/s and baseline inserts/s against concurrency.
+pub fn plot(report: &Value) -> String {
+    let levels = report["levels"].as_array().cloned().unwrap_or_default();
+    let series = |f: &dyn Fn(&Value) -> f64| levels.iter().map(|l| (l["concurrency"].as_f64().unwrap_or(0.0), f(l))).collect::<Vec<_>>();
+    let writes = series(&|l| l["load"]["writes"]["per_second"].as_f64().unwrap_or(0.0));
+    let reads = series(&|l| l["load"]["reads"]["per_second"].as_f64().unwrap_or(0.0));
+    let inserts = series(&|l| l["baseline_insert"]["per_second"].as_f64().unwrap_or(0.0));
+    let max_y = writes.iter().chain(&reads).chain(&inserts).map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let xs: Vec<f64> = writes.iter().map(|p| p.0).collect();
+    let (w, h, m) = (640.0, 360.0, 60.0);
+    let x_of = |x: f64| {
+        let i = xs.iter().position(|v| *v == x).unwrap_or(0) as f64;
+        m + i * (w - 2.0 * m) / ((xs.len().max(2) - 1) as f64)
+    };
+    let y_of = |y: f64| h - m + -(y / max_y) * (h - 2.0 * m);
+    let mut svg = format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12"><rect width="{w}" height="{h}" fill="#fff"/><text x="{m}" y="24" font-size="14">SkillPilot on {}: throughput against concurrency</text>"##,
+        report["store"].as_str().unwrap_or("")
+    );
+    svg.push_str(&format!(
+        r##"<line x1="{m}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{m}" y1="{m}" x2="{m}" y2="{}" stroke="#333"/>"##,
+        h - m,
+        w - m,
+        h - m,
+        h - m
+    ));
+    for x in &xs {
+        svg.push_str(&format!(r##"<text x="{}" y="{}" text-anchor="middle">{x}</text>"##, x_of(*x), h - m + 18.0));
+    }
+    for i in 0..=4 {
+        let v = max_y * f64::from(i) / 4.0;
+        svg.push_str(&format!(r##"<text x="{}" y="{}" text-anchor="end">{v:.0}</text>"##, m - 6.0, y_of(v) + 4.0));
+    }
+    svg.push_str(&format!(r##"<text x="{}" y="{}" text-anchor="middle">concurrent coaches</text><text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle">per second</text>"##, w / 2.0, h - 16.0, h / 2.0, h / 2.0));
+    for (name, points, colour, ly) in
+        [("writes", &writes, "#c0392b", 44.0), ("context reads", &reads, "#1f3a5f", 60.0), ("baseline inserts", &inserts, "#3d7a3d", 76.0)]
+    {
+        let path: Vec<String> = points.iter().map(|(x, y)| format!("{:.1},{:.1}", x_of(*x), y_of(*y))).collect();
+        svg.push_str(&format!(r##"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"##, path.join(" ")));
+        svg.push_str(&format!(
+            r##"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{colour}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"##,
+            w - 190.0,
+            w - 165.0,
+            w - 160.0,
+            ly + 4.0
+        ));
+    }
+    svg.push_str("</svg>");
+    svg
+}
