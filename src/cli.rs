@@ -331,7 +331,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let report = app.replay().await.map_err(|e| anyhow::anyhow!("replay failed: {}", e.code()))?;
             let secs = started.elapsed().as_secs_f64();
             let rate = if secs > 0.0 { report.events as f64 / secs } else { 0.0 };
-            if report.differing.is_empty() {
+            if report.differing.is_empty() && report.analytics_differing.is_empty() {
                 println!(
                     "replay: ok — {} journeys, {} events folded ({rate:.0} events/s), shadow views equal the live ones",
                     report.journeys, report.events
@@ -339,18 +339,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 Ok(0)
             } else if swap {
                 let n = app.store.swap_in_shadow_views().await.map_err(|e| anyhow::anyhow!("swap failed: {e}"))?;
+                app.swap_in_replayed_analytics().await.map_err(|e| anyhow::anyhow!("swap failed: {}", e.code()))?;
                 println!(
-                    "replay: {} of {} journeys differed; the rebuilt view ({n} rows) is now live",
+                    "replay: {} of {} journeys and the analytics {:?} differed; the rebuilt views ({n} context rows) are now live",
                     report.differing.len(),
-                    report.journeys
+                    report.journeys,
+                    report.analytics_differing
                 );
                 Ok(0)
             } else {
                 println!(
-                    "replay: DIFFERENT — {} of {} journeys differ: {} (run with --swap to put the rebuilt view live)",
+                    "replay: DIFFERENT — {} of {} journeys differ: {}; analytics differ: {:?} (run with --swap to put the rebuilt views live)",
                     report.differing.len(),
                     report.journeys,
-                    report.differing.join(", ")
+                    report.differing.join(", "),
+                    report.analytics_differing
                 );
                 Ok(3)
             }

@@ -9,10 +9,13 @@ use super::journeys::decode_event;
 use super::App;
 use crate::error::AppError;
 use crate::store::projector::ColumnKind::{self, Integer, Real, Text};
+use crate::store::projector::Target;
 use crate::store::StoreError;
 
 /// The projector's name in `projector_checkpoints`.
 pub const PROJECTOR: &str = "analytics";
+/// The replay projector, which folds the whole log into the shadow tables.
+pub const REPLAY_PROJECTOR: &str = "analytics-replay";
 
 /// A published analyst view: its API name, SQL view and columns.
 pub struct ViewDef {
@@ -142,11 +145,31 @@ impl App {
         // One projector per process; across processes PostgreSQL's row lock on the checkpoint
         // serializes them.
         let _guard = self.projector_lock.lock().await;
+        self.run_projector(PROJECTOR, Target::Live).await
+    }
+
+    /// Rebuilds the analytics from the whole log into the shadow tables; returns the tables
+    /// whose live rows differ.
+    pub async fn replay_analytics(&self) -> Result<Vec<String>, AppError> {
+        let _guard = self.projector_lock.lock().await;
+        self.run_projector(PROJECTOR, Target::Live).await?;
+        self.store.reset_shadow(REPLAY_PROJECTOR).await?;
+        self.run_projector(REPLAY_PROJECTOR, Target::Shadow).await?;
+        Ok(self.store.differing_analytics().await?)
+    }
+
+    /// Puts the rebuilt analytics live.
+    pub async fn swap_in_replayed_analytics(&self) -> Result<(), AppError> {
+        let _guard = self.projector_lock.lock().await;
+        Ok(self.store.swap_in_shadow_analytics(PROJECTOR, REPLAY_PROJECTOR).await?)
+    }
+
+    async fn run_projector(&self, projector: &str, target: Target) -> Result<usize, AppError> {
         let mut total = 0;
         loop {
             let n = self
                 .store
-                .project_batch(PROJECTOR, 500, |stored| {
+                .project_batch(projector, target, 500, |stored| {
                     let event = decode_event(stored)
                         .map_err(|_| StoreError::Corrupt(format!("event {} of {}", stored.sequence, stored.aggregate_id)))?;
                     Ok(projections::analytics::changes(&stored.aggregate_id, &event))

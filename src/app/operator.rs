@@ -60,6 +60,8 @@ pub struct ReplayReport {
     pub events: usize,
     /// Journeys whose live view differs from the rebuilt one (missing, stale or different).
     pub differing: Vec<String>,
+    /// Analytic tables whose live rows differ from the rebuilt ones.
+    pub analytics_differing: Vec<String>,
 }
 
 fn event_json(e: &StoredEvent) -> Value {
@@ -215,6 +217,7 @@ impl App {
             }
         }
         differing.extend(live.keys().filter(|id| !states.contains_key(*id)).cloned());
-        Ok(ReplayReport { journeys: states.len(), events, differing })
+        let analytics_differing = self.replay_analytics().await?;
+        Ok(ReplayReport { journeys: states.len(), events, differing, analytics_differing })
     }
 }

@@ -45,5 +45,7 @@ pub(super) async fn last_audit(State(app): State<Arc<App>>, Bearer(principal): B
 pub(super) async fn replay(State(app): State<Arc<App>>, Bearer(principal): Bearer) -> Result<Json<Value>, AppError> {
     operator(&principal)?;
     let report = app.replay().await?;
-    Ok(Json(serde_json::json!({"journeys": report.journeys, "events": report.events, "differing": report.differing})))
+    Ok(Json(
+        serde_json::json!({"journeys": report.journeys, "events": report.events, "differing": report.differing, "analyticsDiffering": report.analytics_differing}),
+    ))
 }

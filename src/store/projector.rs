@@ -21,20 +21,46 @@ pub struct Checkpoint {
 }
 
 const GOAL_MASTERY: &str =
-    "INSERT INTO analytics_goal_mastery (journey_id, goal_id, mastery, mastered, completions, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
+    "INSERT INTO PREFIX_goal_mastery (journey_id, goal_id, mastery, mastered, completions, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
     ON CONFLICT (journey_id, goal_id) DO UPDATE SET mastery = excluded.mastery, mastered = excluded.mastered,
-    completions = analytics_goal_mastery.completions + excluded.completions, updated_at = excluded.updated_at";
-const RECALL_OUTCOME: &str = "INSERT INTO analytics_recall_outcomes (card_id, goal_id, passed, failed) VALUES ($1, $2, $3, $4)
-    ON CONFLICT (card_id) DO UPDATE SET passed = analytics_recall_outcomes.passed + excluded.passed, failed = analytics_recall_outcomes.failed + excluded.failed";
+    completions = PREFIX_goal_mastery.completions + excluded.completions, updated_at = excluded.updated_at";
+const RECALL_OUTCOME: &str = "INSERT INTO PREFIX_recall_outcomes (card_id, goal_id, passed, failed) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (card_id) DO UPDATE SET passed = PREFIX_recall_outcomes.passed + excluded.passed, failed = PREFIX_recall_outcomes.failed + excluded.failed";
 const EXAM_RESULT: &str =
-    "INSERT INTO analytics_exam_results (journey_id, instance, total_points, max_points, passed, scored_at) VALUES ($1, $2, $3, $4, $5, $6)
+    "INSERT INTO PREFIX_exam_results (journey_id, instance, total_points, max_points, passed, scored_at) VALUES ($1, $2, $3, $4, $5, $6)
     ON CONFLICT (journey_id, instance) DO NOTHING";
 const DAILY: &str =
-    "INSERT INTO analytics_daily_activity (day, events, goals_completed, recall_results, exams_scored) VALUES ($1, $2, $3, $4, $5)
-    ON CONFLICT (day) DO UPDATE SET events = analytics_daily_activity.events + excluded.events,
-    goals_completed = analytics_daily_activity.goals_completed + excluded.goals_completed,
-    recall_results = analytics_daily_activity.recall_results + excluded.recall_results,
-    exams_scored = analytics_daily_activity.exams_scored + excluded.exams_scored";
+    "INSERT INTO PREFIX_daily_activity (day, events, goals_completed, recall_results, exams_scored) VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (day) DO UPDATE SET events = PREFIX_daily_activity.events + excluded.events,
+    goals_completed = PREFIX_daily_activity.goals_completed + excluded.goals_completed,
+    recall_results = PREFIX_daily_activity.recall_results + excluded.recall_results,
+    exams_scored = PREFIX_daily_activity.exams_scored + excluded.exams_scored";
+
+/// Which analytic tables a projector writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `analytics_*`, what analysts read.
+    Live,
+    /// `analytics_shadow_*`, rebuilt by `skillpilot replay`.
+    Shadow,
+}
+
+impl Target {
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Live => "analytics",
+            Self::Shadow => "analytics_shadow",
+        }
+    }
+}
+
+/// The analytic tables and their columns (for comparing and swapping).
+pub const ANALYTIC_TABLES: &[(&str, &str)] = &[
+    ("goal_mastery", "journey_id, goal_id, mastery, mastered, completions, updated_at"),
+    ("recall_outcomes", "card_id, goal_id, passed, failed"),
+    ("exam_results", "journey_id, instance, total_points, max_points, passed, scored_at"),
+    ("daily_activity", "day, events, goals_completed, recall_results, exams_scored"),
+];
 
 impl Store {
     fn batch_sql(&self) -> (String, &'static str) {
@@ -58,9 +84,17 @@ impl Store {
     pub async fn project_batch(
         &self,
         projector: &str,
+        target: Target,
         limit: i64,
         changes: impl Fn(&StoredEvent) -> Result<Vec<Change>, StoreError>,
     ) -> Result<usize, StoreError> {
+        let prefix = target.prefix();
+        let (goal_sql, recall_sql, exam_sql, daily_sql) = (
+            GOAL_MASTERY.replace("PREFIX", prefix),
+            RECALL_OUTCOME.replace("PREFIX", prefix),
+            EXAM_RESULT.replace("PREFIX", prefix),
+            DAILY.replace("PREFIX", prefix),
+        );
         let (events_sql, checkpoint_sql) = self.batch_sql();
         let _turn = self.write_turn().await;
         on_pool!(self, pool => {
@@ -84,13 +118,13 @@ impl Store {
                 for change in changes(&event)? {
                     match change {
                         Change::GoalMastery { journey_id, goal_id, mastery, mastered, completed, at } => {
-                            sqlx::query(GOAL_MASTERY).bind(journey_id).bind(goal_id).bind(mastery).bind(i64::from(mastered)).bind(completed).bind(at).execute(&mut *tx).await?;
+                            sqlx::query(&goal_sql).bind(journey_id).bind(goal_id).bind(mastery).bind(i64::from(mastered)).bind(completed).bind(at).execute(&mut *tx).await?;
                         }
                         Change::RecallOutcome { card_id, goal_id, passed } => {
-                            sqlx::query(RECALL_OUTCOME).bind(card_id).bind(goal_id).bind(i64::from(passed)).bind(i64::from(!passed)).execute(&mut *tx).await?;
+                            sqlx::query(&recall_sql).bind(card_id).bind(goal_id).bind(i64::from(passed)).bind(i64::from(!passed)).execute(&mut *tx).await?;
                         }
                         Change::ExamResult { journey_id, instance, total_points, max_points, passed, at } => {
-                            sqlx::query(EXAM_RESULT)
+                            sqlx::query(&exam_sql)
                                 .bind(journey_id)
                                 .bind(i64::try_from(instance).unwrap_or(i64::MAX))
                                 .bind(total_points)
@@ -101,7 +135,7 @@ impl Store {
                                 .await?;
                         }
                         Change::Daily { day, events, goals_completed, recall_results, exams_scored } => {
-                            sqlx::query(DAILY).bind(day).bind(events).bind(goals_completed).bind(recall_results).bind(exams_scored).execute(&mut *tx).await?;
+                            sqlx::query(&daily_sql).bind(day).bind(events).bind(goals_completed).bind(recall_results).bind(exams_scored).execute(&mut *tx).await?;
                         }
                     }
                 }
@@ -116,6 +150,58 @@ impl Store {
                 .await?;
             tx.commit().await?;
             Ok(rows.len())
+        })
+    }
+
+    /// Empties the shadow tables and forgets the replay projector's position.
+    pub async fn reset_shadow(&self, projector: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for (table, _) in ANALYTIC_TABLES {
+                sqlx::query(&format!("DELETE FROM analytics_shadow_{table}")).execute(&mut *tx).await?;
+            }
+            sqlx::query("DELETE FROM projector_checkpoints WHERE projector = $1").bind(projector).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Analytic tables whose live rows differ from the shadow rows (rows missing on either side).
+    pub async fn differing_analytics(&self) -> Result<Vec<String>, StoreError> {
+        on_pool!(self, pool => {
+            let mut out = Vec::new();
+            for (table, cols) in ANALYTIC_TABLES {
+                let sql = format!(
+                    "SELECT (SELECT COUNT(*) FROM (SELECT {cols} FROM analytics_{table} EXCEPT SELECT {cols} FROM analytics_shadow_{table}) a)
+                          + (SELECT COUNT(*) FROM (SELECT {cols} FROM analytics_shadow_{table} EXCEPT SELECT {cols} FROM analytics_{table}) b) AS n"
+                );
+                let n: i64 = sqlx::query(&sql).fetch_one(pool).await?.try_get("n")?;
+                if n > 0 {
+                    out.push((*table).to_owned());
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Puts the shadow analytics live, with the replay projector's position as the live one's.
+    pub async fn swap_in_shadow_analytics(&self, live: &str, replay: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for (table, cols) in ANALYTIC_TABLES {
+                sqlx::query(&format!("DELETE FROM analytics_{table}")).execute(&mut *tx).await?;
+                sqlx::query(&format!("INSERT INTO analytics_{table} ({cols}) SELECT {cols} FROM analytics_shadow_{table}")).execute(&mut *tx).await?;
+            }
+            sqlx::query("DELETE FROM projector_checkpoints WHERE projector = $1").bind(live).execute(&mut *tx).await?;
+            sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) SELECT $1, tx, position, events FROM projector_checkpoints WHERE projector = $2")
+                .bind(live)
+                .bind(replay)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
         })
     }
 

@@ -183,6 +183,7 @@ async fn a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one(t:
     let report = t.app.replay().await.unwrap();
     assert_eq!(report.journeys, 2);
     assert!(report.differing.is_empty(), "{:?}", report.differing);
+    assert!(report.analytics_differing.is_empty(), "{:?}", report.analytics_differing);
     let out = t.cli(&["replay"]);
     assert_eq!(out.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 
@@ -199,6 +200,15 @@ async fn a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one(t:
     let out = t.cli(&["replay", "--swap"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     assert!(t.app.replay().await.unwrap().differing.is_empty());
+
+    // The analytics are rebuilt into their shadow tables too: a wrong count is spotted and swapped out.
+    let bump = "UPDATE analytics_daily_activity SET events = events + 1";
+    t.raw_sql(bump, bump).await;
+    assert_eq!(t.app.replay().await.unwrap().analytics_differing, vec!["daily_activity".to_owned()]);
+    let out = t.cli(&["replay", "--swap"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let report = t.app.replay().await.unwrap();
+    assert!(report.analytics_differing.is_empty() && report.differing.is_empty(), "{report:?}");
 }
 
 async fn a_snapshot_loads_to_the_same_state_as_the_full_fold(t: Arc<TestApp>) {
