@@ -96,7 +96,7 @@ async fn spawn_server(db: &str, keys: &str, content: &PathBuf) -> anyhow::Result
         .arg(content)
         .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
         .env("SKILLPILOT_CAPABILITY_KEYS", keys)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn,sqlx=error")
         .stdout(std::process::Stdio::null())
         .spawn()
         .context("cannot start the server")?;

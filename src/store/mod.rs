@@ -382,6 +382,7 @@ impl Store {
 
     /// Stores a snapshot unless a newer one is there.
     pub async fn save_snapshot(&self, journey_id: &str, snapshot: &Snapshot) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let sql = "INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state) VALUES ($1, $2, $3, $4, $5)
                    ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
                    WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema";
@@ -400,6 +401,7 @@ impl Store {
 
     /// Upserts a view row unless the stored one reflects a newer version.
     pub async fn save_view(&self, table: ViewTable, view_id: &str, version: u64, payload: &Value) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let t = table.name();
         let sql = format!(
             "INSERT INTO {t} (view_id, version, payload) VALUES ($1, $2, $3)
@@ -431,6 +433,7 @@ impl Store {
 
     /// Empties a view table (the shadow table before a replay).
     pub async fn clear_view(&self, table: ViewTable) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let sql = format!("DELETE FROM {}", table.name());
         on_pool!(self, pool => {
             sqlx::query(&sql).execute(pool).await?;
@@ -440,6 +443,7 @@ impl Store {
 
     /// Creates a learner and returns its id.
     pub async fn create_learner(&self, learner_id: &str, name: &str, now_ms: i64) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query("INSERT INTO learners (learner_id, name, created_ms) VALUES ($1, $2, $3)")
                 .bind(learner_id)
@@ -453,6 +457,7 @@ impl Store {
 
     /// Stores a bearer token's hash with its role.
     pub async fn insert_token(&self, token_hash: &str, role: &str, learner_id: Option<&str>, now_ms: i64) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query("INSERT INTO tokens (token_hash, role, learner_id, created_ms) VALUES ($1, $2, $3, $4)")
                 .bind(token_hash)
@@ -485,6 +490,7 @@ impl Store {
         new_id: &str,
         now_ms: i64,
     ) -> Result<(String, bool), StoreError> {
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             let inserted = sqlx::query(
                 "INSERT INTO journeys (journey_id, learner_id, curriculum_id, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (learner_id, curriculum_id) DO NOTHING",
@@ -507,6 +513,7 @@ impl Store {
 
     /// Records a learning session.
     pub async fn insert_session(&self, s: &SessionRow) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query("INSERT INTO learning_sessions (session_id, learner_id, journey_id, time_zone, started_ms) VALUES ($1, $2, $3, $4, $5)")
                 .bind(&s.session_id)
@@ -588,6 +595,7 @@ pub struct ToolCallRow {
 impl Store {
     /// Writes an audit row; a second exit for the same call is silently not written.
     pub async fn record_tool_call(&self, row: &ToolCallRow) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query(
                 "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
@@ -664,6 +672,7 @@ pub struct AuditRun {
 impl Store {
     /// Records an audit run.
     pub async fn record_audit_run(&self, run: &AuditRun) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query("INSERT INTO audit_runs (run_id, finished_ms, streams, events, intact, broken_at) VALUES ($1, $2, $3, $4, $5, $6)")
                 .bind(uuid::Uuid::new_v4().to_string())
@@ -698,6 +707,7 @@ impl Store {
 
     /// Replaces the live view table's rows with the shadow table's, in one transaction.
     pub async fn swap_in_shadow_views(&self) -> Result<u64, StoreError> {
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             sqlx::query("DELETE FROM journey_context_view").execute(&mut *tx).await?;
@@ -764,6 +774,7 @@ impl Store {
 
     /// Empties the benchmark baseline table.
     pub async fn baseline_clear(&self) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query("DELETE FROM bench_baseline").execute(pool).await?;
             Ok(())
