@@ -593,29 +593,6 @@ pub struct ToolCallRow {
 }
 
 impl Store {
-    /// Writes an audit row; a second exit for the same call is silently not written.
-    pub async fn record_tool_call(&self, row: &ToolCallRow) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
-            sqlx::query(
-                "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
-            )
-            .bind(&row.call_id)
-            .bind(row.phase)
-            .bind(row.writer)
-            .bind(&row.tool)
-            .bind(row.journey_id.as_deref())
-            .bind(row.code)
-            .bind(row.events_appended)
-            .bind(row.duration_ms)
-            .bind(row.at_ms)
-            .execute(pool)
-            .await?;
-            Ok(())
-        })
-    }
-
     /// The most recent audit rows (at most `limit`), oldest first, for the quota reconciliation.
     pub async fn tool_call_log(&self, limit: i64) -> Result<Vec<AuditRow>, StoreError> {
         on_pool!(self, pool => {
