@@ -131,10 +131,11 @@ struct Call {
     exit: Option<(String, Option<String>, i64)>,
 }
 
-/// Turn reconstruction: per journey, calls in start order; a context read starts a new turn
-/// when it follows any other call — unless it comes within `gap_ms` after a successful write,
-/// which is a suspected redundant reload, not a turn. Consecutive context reads stay in one
-/// turn (polling). Returns per call its turn number and the suspicions.
+/// Turn reconstruction (SPEC §8.4): per journey, calls in start order; a turn is the first
+/// context read after the previous turn's last call, so a context read that follows any other
+/// call starts a new turn and consecutive context reads (polling) stay in one. A context read
+/// within `gap_ms` after a successful write is also counted as a suspected redundant reload.
+/// Returns per call its turn number and the suspicions.
 fn turns(calls: &[&Call], gap_ms: i64) -> (Vec<usize>, usize, usize) {
     let mut turn_of = Vec::with_capacity(calls.len());
     let mut turn = 0usize;
@@ -147,14 +148,11 @@ fn turns(calls: &[&Call], gap_ms: i64) -> (Vec<usize>, usize, usize) {
     for call in calls {
         let at = call.started.unwrap_or(0);
         if call.tool == CONTEXT_TOOL {
-            let redundant = last_write_success_at.is_some_and(|t| at - t <= gap_ms) && last_tool != Some(CONTEXT_TOOL);
-            if redundant {
-                // A reload right after a write belongs to the write's turn; it starts none.
+            // Suspected, never fact: a reload right after a successful write.
+            if last_write_success_at.is_some_and(|t| at - t <= gap_ms) && last_tool != Some(CONTEXT_TOOL) {
                 reload_after_write += 1;
-                last_write_success_at = None;
-                turn_of.push(turn.max(1));
-                continue;
-            } else if !started_any || last_tool != Some(CONTEXT_TOOL) {
+            }
+            if !started_any || last_tool != Some(CONTEXT_TOOL) {
                 turn += 1;
                 started_any = true;
                 conflicts_in_turn = 0;
