@@ -318,7 +318,9 @@ impl Store {
     pub async fn find_commit(&self, journey_id: &str, request_id: &str) -> Result<Vec<StoredEvent>, StoreError> {
         // No ORDER BY: with it, both planners prefer walking the primary key (the journey's whole
         // history) over the request-id index; a commit has a handful of events, sorted here.
-        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND (metadata ->> 'requestId') = $3");
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND (metadata ->> 'requestId') = $3"
+        );
         let mut events: Vec<StoredEvent> = on_pool!(self, pool => {
             let rows = sqlx::query(&sql).bind(LearningJourney::TYPE).bind(journey_id).bind(request_id).fetch_all(pool).await?;
             rows.iter().map(row_to_event).collect::<Result<Vec<_>, StoreError>>()

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod analytics;
+mod concurrency;
 mod helpers;
 mod http;
 mod mcp_contract;

@@ -1,0 +1,199 @@
+//! Concurrency and retries over real HTTP: 64 coaches racing on one version, retry storms, and
+//! two server processes writing to one PostgreSQL database.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::helpers::{content_dir, spawn, Backend, TestApp};
+use crate::mcp_contract::{call, coach};
+
+async fn sixty_four_clients_on_one_version_get_exactly_one_success(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let (t, token, sid) = (t.clone(), c.token.clone(), c.sid.clone());
+        tasks.push(tokio::spawn(async move {
+            let args = json!({"learningSessionId": sid, "expectedStateVersion": v, "clientRequestId": format!("00000000-0000-4000-8000-{i:012}"),
+                              "decision": {"evidence": "guided", "consent": "closeOnly"}});
+            call(&t, &token, "complete_skillpilot_goal", args).await
+        }));
+    }
+    let (mut ok, mut conflicts) = (0, 0);
+    for task in tasks {
+        let (err, body) = task.await.unwrap();
+        if !err {
+            ok += 1;
+        } else {
+            assert_eq!(body["error"]["code"], "STATE_CONFLICT", "{body}");
+            conflicts += 1;
+        }
+    }
+    assert_eq!((ok, conflicts), (1, 63));
+    let mut completed = 0;
+    t.app.list_events(&Default::default(), |e| completed += usize::from(e["eventType"] == "GoalCompleted")).await.unwrap();
+    assert_eq!(completed, 1);
+}
+
+async fn a_retry_storm_over_http_has_one_effect_per_key(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    // Five successive writes, each sent three times at once.
+    for step in 0..5 {
+        let ctx = c.ctx(&t).await;
+        let args = match ctx["requiredAction"].as_str().unwrap() {
+            "teachActiveGoal" => (
+                "complete_skillpilot_goal",
+                json!({"learningSessionId": c.sid, "expectedStateVersion": ctx["stateVersion"],
+                "clientRequestId": format!("11111111-0000-4000-8000-{step:012}"), "decision": {"evidence": "independent", "consent": "closeAndContinue"}}),
+            ),
+            _ => ("choose_skillpilot_option", json!({"learningSessionId": c.sid, "option": ctx["options"][0]["payload"]})),
+        };
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let (t, token, (tool, a)) = (t.clone(), c.token.clone(), args.clone());
+            tasks.push(tokio::spawn(async move { call(&t, &token, tool, a).await }));
+        }
+        let mut receipts = Vec::new();
+        for task in tasks {
+            let (err, body) = task.await.unwrap();
+            assert!(!err, "{body}");
+            receipts.push(body["receipt"].clone());
+        }
+        assert!(receipts.iter().all(|r| *r == receipts[0]), "one receipt for all copies: {receipts:?}");
+    }
+    // Exactly one commit per key: request ids never repeat across commits.
+    let mut commits: std::collections::BTreeMap<String, std::collections::BTreeSet<u64>> = Default::default();
+    t.app
+        .list_events(&Default::default(), |e| {
+            if let Some(id) = e["metadata"]["requestId"].as_str() {
+                commits.entry(id.to_owned()).or_default().insert(e["sequence"].as_u64().unwrap());
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(commits.len(), 5);
+    for sequences in commits.values() {
+        let (first, last) = (*sequences.iter().next().unwrap(), *sequences.iter().next_back().unwrap());
+        assert_eq!(last - first + 1, sequences.len() as u64, "one contiguous commit per key");
+    }
+}
+
+crate::both_stores!(sixty_four_clients_on_one_version_get_exactly_one_success, a_retry_storm_over_http_has_one_effect_per_key);
+
+struct Server(std::process::Child, String);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn server(t: &TestApp) -> Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
+        .args(["--db", &t.db_url, "--content", content_dir().to_str().unwrap(), "serve", "--addr", &format!("127.0.0.1:{port}")])
+        .env("SKILLPILOT_CAPABILITY_KEYS", &t.keys_spec)
+        .env("RUST_LOG", "error")
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..200 {
+        if reqwest::get(format!("{base}/healthz")).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Server(child, base)
+}
+
+/// Two `skillpilot serve` processes on one PostgreSQL database, both writing to the same
+/// journeys at once: no duplicate, no gap, every chain intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_server_processes_racing_on_one_database_keep_every_stream_whole() {
+    let t = spawn(Backend::Postgres).await;
+    let (a, b) = (server(&t).await, server(&t).await);
+    let http = reqwest::Client::new();
+    // Sessions are started through a server process (its wall clock, not the test's manual one).
+    let mut learners = Vec::new();
+    for _ in 0..4 {
+        let token = t.learner("Ada").await;
+        let r = http.post(format!("{}/v1/learning-sessions", a.1)).bearer_auth(&token).json(&json!({})).send().await.unwrap();
+        assert_eq!(r.status(), 201);
+        let gate: Value = http
+            .post(format!("{}/mcp", b.1))
+            .bearer_auth(&token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_skillpilot_learning_context", "arguments": {}}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let sid = gate["result"]["structuredContent"]["learningSessionId"].as_str().unwrap().to_owned();
+        learners.push(crate::mcp_contract::Coach { token, sid });
+    }
+    let mut tasks = Vec::new();
+    for c in &learners {
+        for (round, base) in [(0, a.1.clone()), (1, b.1.clone())] {
+            let (http, token, sid) = (http.clone(), c.token.clone(), c.sid.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut ok = 0;
+                for i in 0..15 {
+                    let rpc = |name: &str, args: Value| {
+                        http.post(format!("{base}/mcp"))
+                            .bearer_auth(&token)
+                            .header("accept", "application/json, text/event-stream")
+                            .header("mcp-protocol-version", "2025-11-25")
+                            .json(&json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}}))
+                            .send()
+                    };
+                    let ctx: Value =
+                        rpc("get_skillpilot_learning_context", json!({"learningSessionId": sid})).await.unwrap().json().await.unwrap();
+                    assert!(ctx["result"]["structuredContent"]["settings"].is_object(), "{ctx}");
+                    let ctx = &ctx["result"]["structuredContent"];
+                    let toggle = ctx["settings"]["options"].as_array().unwrap().iter().find(|o| o["kind"] == "autopilot").unwrap()
+                        ["payload"]
+                        .clone();
+                    let r: Value = rpc("choose_skillpilot_option", json!({"learningSessionId": sid, "option": toggle}))
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    if r["result"]["isError"] == false {
+                        ok += 1;
+                    } else {
+                        let code = r["result"]["structuredContent"]["error"]["code"].as_str().unwrap().to_owned();
+                        assert!(code == "OPTION_INVALID" || code == "STATE_CONFLICT", "{round}: {r}");
+                    }
+                }
+                ok
+            }));
+        }
+    }
+    let mut successes = 0;
+    for task in tasks {
+        successes += task.await.unwrap();
+    }
+    // Every success is exactly one event; streams are gapless from 1; chains verify.
+    let mut per_journey: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    t.app
+        .list_events(&Default::default(), |e| {
+            per_journey.entry(e["aggregateId"].as_str().unwrap().to_owned()).or_default().push(e["sequence"].as_u64().unwrap())
+        })
+        .await
+        .unwrap();
+    let toggles: usize = per_journey.values().map(|s| s.len() - 2).sum();
+    assert_eq!(toggles, successes, "one event per acknowledged write, none lost, none doubled");
+    for sequences in per_journey.values() {
+        assert_eq!(*sequences, (1..=sequences.len() as u64).collect::<Vec<_>>());
+    }
+    assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
+    assert!(successes >= 4, "progress was made: {successes}");
+    drop((a, b));
+    t.teardown().await;
+}
