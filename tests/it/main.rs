@@ -4,6 +4,7 @@
 
 mod analytics;
 mod concurrency;
+mod faults;
 mod helpers;
 mod http;
 mod mcp_contract;

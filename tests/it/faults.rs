@@ -1,0 +1,123 @@
+//! Faults: the server is killed with SIGKILL in the middle of a load; after a restart every
+//! write acknowledged to a client is in the log, the chains verify and the views equal a replay.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::helpers::{content_dir, TestApp};
+
+fn start(t: &TestApp, port: u16) -> std::process::Child {
+    let db = match t.backend {
+        crate::helpers::Backend::Sqlite => format!("sqlite://{}", t.db_url),
+        crate::helpers::Backend::Postgres => t.db_url.clone(),
+    };
+    std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
+        .args(["--db", &db, "--content", content_dir().to_str().unwrap(), "serve", "--addr", &format!("127.0.0.1:{port}")])
+        .env("SKILLPILOT_CAPABILITY_KEYS", &t.keys_spec)
+        .env("RUST_LOG", "error")
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_ready(base: &str) {
+    for _ in 0..300 {
+        if reqwest::get(format!("{base}/healthz")).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    panic!("server did not come up");
+}
+
+async fn rpc(http: &reqwest::Client, base: &str, token: &str, name: &str, args: Value) -> Option<Value> {
+    let r = http
+        .post(format!("{base}/mcp"))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}}))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .ok()?;
+    let body: Value = r.json().await.ok()?;
+    Some(body["result"].clone())
+}
+
+async fn every_acknowledged_write_survives_a_kill_9(t: Arc<TestApp>) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = start(&t, port);
+    wait_ready(&base).await;
+    let http = reqwest::Client::new();
+    // Four learners with sessions started through the server (its wall clock).
+    let mut coaches = Vec::new();
+    for _ in 0..4 {
+        let token = t.learner("Ada").await;
+        assert_eq!(
+            http.post(format!("{base}/v1/learning-sessions")).bearer_auth(&token).json(&json!({})).send().await.unwrap().status(),
+            201
+        );
+        let gate = rpc(&http, &base, &token, "get_skillpilot_learning_context", json!({})).await.unwrap();
+        let sid = gate["structuredContent"]["learningSessionId"].as_str().unwrap().to_owned();
+        let journey = t.app.store.latest_session(&t.principal(&token).await.learner_id.unwrap()).await.unwrap().unwrap().journey_id;
+        coaches.push((token, sid, journey));
+    }
+    // Load: each coach toggles autopilot as fast as it can and records every acknowledged version.
+    let acknowledged = Arc::new(tokio::sync::Mutex::new(BTreeMap::<String, Vec<u64>>::new()));
+    let mut tasks = Vec::new();
+    for (token, sid, journey) in coaches.clone() {
+        let (http, base, acknowledged) = (http.clone(), base.clone(), acknowledged.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let Some(ctx) = rpc(&http, &base, &token, "get_skillpilot_learning_context", json!({"learningSessionId": sid})).await
+                else {
+                    return;
+                };
+                let Some(options) = ctx["structuredContent"]["settings"]["options"].as_array().cloned() else { return };
+                let toggle = options.iter().find(|o| o["kind"] == "autopilot").unwrap()["payload"].clone();
+                let Some(r) =
+                    rpc(&http, &base, &token, "choose_skillpilot_option", json!({"learningSessionId": sid, "option": toggle})).await
+                else {
+                    return;
+                };
+                if r["isError"] == false {
+                    let v = r["structuredContent"]["receipt"]["stateVersion"].as_u64().unwrap();
+                    acknowledged.lock().await.entry(journey.clone()).or_default().push(v);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.kill().unwrap(); // SIGKILL
+    server.wait().unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().await.clone();
+    let total: usize = acknowledged.values().map(Vec::len).sum();
+    assert!(total > 0, "the load made progress before the kill");
+
+    // Restart on the same database.
+    let mut server = start(&t, port);
+    wait_ready(&base).await;
+    for (journey, versions) in &acknowledged {
+        let events = t.app.store.events_after(journey, 0).await.unwrap();
+        let sequences: Vec<u64> = events.iter().map(|e| e.sequence as u64).collect();
+        for v in versions {
+            assert!(sequences.contains(v), "acknowledged version {v} of {journey} is missing after the kill");
+        }
+        assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>(), "gapless");
+    }
+    assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
+    // The restarted server caught the views up; a replay equals them.
+    let report = t.app.replay().await.unwrap();
+    assert!(report.differing.is_empty(), "{:?}", report.differing);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
+crate::both_stores!(every_acknowledged_write_survives_a_kill_9);
