@@ -121,3 +121,134 @@ async fn every_acknowledged_write_survives_a_kill_9(t: Arc<TestApp>) {
 }
 
 crate::both_stores!(every_acknowledged_write_survives_a_kill_9);
+
+/// A private PostgreSQL cluster (never the shared server), started by the test as the
+/// `postgres` OS user on a spare port.
+struct PrivateCluster {
+    dir: String,
+    port: u16,
+    bin: std::path::PathBuf,
+}
+
+impl PrivateCluster {
+    fn pg_ctl(&self, args: &str) -> std::process::Output {
+        // `-l`: the postmaster must not inherit this process's pipes, or waiting for its output never ends.
+        let cmd = format!(
+            "{}/pg_ctl -D {} -l {}/server.log -w -o '-p {} -k {} -c listen_addresses=127.0.0.1' {args}",
+            self.bin.display(),
+            self.dir,
+            self.dir,
+            self.port,
+            self.dir
+        );
+        std::process::Command::new("su").args(["postgres", "-c", &cmd]).output().unwrap()
+    }
+
+    fn create() -> Self {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL's server binaries (Debian: /usr/lib/postgresql/<version>/bin) are needed for the store-outage test")
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .find(|p| p.join("initdb").exists())
+            .expect("initdb not found under /usr/lib/postgresql");
+        let dir = format!("/tmp/sp-private-pg-{}", uuid::Uuid::new_v4().simple());
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(std::process::Command::new("chown").args(["postgres:postgres", &dir]).status().unwrap().success());
+        let init = std::process::Command::new("su")
+            .args(["postgres", "-c", &format!("{}/initdb -D {dir} -A trust -U postgres --no-sync", bin.display())])
+            .output()
+            .unwrap();
+        assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+        let cluster = Self { dir, port, bin };
+        let started = cluster.pg_ctl("start");
+        assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+        cluster
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = self.pg_ctl("stop -m immediate");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// PostgreSQL stops during load and comes back: calls meanwhile get `STORE_UNAVAILABLE` (never a
+/// success that was not stored), and the same server process serves again without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_gives_store_unavailable_and_the_server_recovers_without_restart() {
+    let cluster = tokio::task::spawn_blocking(PrivateCluster::create).await.unwrap();
+    let keys = skillpilot::app::tokens::Keys::generate_spec().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
+        .args(["--db", &cluster.url(), "--content", content_dir().to_str().unwrap(), "serve", "--addr", &format!("127.0.0.1:{port}")])
+        .env("SKILLPILOT_CAPABILITY_KEYS", &keys)
+        .env("RUST_LOG", "error")
+        .spawn()
+        .unwrap();
+    wait_ready(&base).await;
+    let token = String::from_utf8(
+        std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
+            .args(["--db", &cluster.url(), "--content", content_dir().to_str().unwrap(), "learner", "create", "--name", "Ada"])
+            .env("SKILLPILOT_CAPABILITY_KEYS", &keys)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .lines()
+    .last()
+    .unwrap()
+    .to_owned();
+    let http = reqwest::Client::new();
+    assert_eq!(http.post(format!("{base}/v1/learning-sessions")).bearer_auth(&token).json(&json!({})).send().await.unwrap().status(), 201);
+    let ctx = rpc(&http, &base, &token, "get_skillpilot_learning_context", json!({})).await.unwrap();
+    let sid = ctx["structuredContent"]["learningSessionId"].as_str().unwrap().to_owned();
+
+    let stop = cluster.pg_ctl("stop -m fast");
+    assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
+    // During the outage: STORE_UNAVAILABLE (as an HTTP 503 from the bearer check, or as a tool
+    // result), never a success.
+    let r = http
+        .post(format!("{base}/mcp"))
+        .bearer_auth(&token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "get_skillpilot_learning_context", "arguments": {"learningSessionId": sid}}}))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    let code =
+        body["error"]["code"].as_str().or(body["result"]["structuredContent"]["error"]["code"].as_str()).unwrap_or_default().to_owned();
+    assert_eq!(code, "STORE_UNAVAILABLE", "{status} {body}");
+    assert_ne!(body["result"]["isError"], false);
+    assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 503);
+
+    let start = cluster.pg_ctl("start");
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    // The same process recovers.
+    let mut recovered = None;
+    for _ in 0..50 {
+        if let Some(r) = rpc(&http, &base, &token, "get_skillpilot_learning_context", json!({"learningSessionId": sid})).await {
+            if r["isError"] == false {
+                recovered = Some(r);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let recovered = recovered.expect("the server serves again after the store came back");
+    assert_eq!(recovered["structuredContent"]["requiredAction"], "teachActiveGoal");
+    assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
