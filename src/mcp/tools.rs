@@ -685,59 +685,55 @@ fn workflow_result(app: &App, session: &ActiveSession, executed: &Executed, loca
     let workflow = ctx.get("openWorkflow").cloned().ok_or(AppError::NotAllowed)?;
     let events_appended = if executed.replayed { 0 } else { executed.committed.len() };
     let version = state.version;
-    let (structured, text) = match state.workflow.as_ref() {
-        Some(Workflow::VerifiedRecall { cards, step, .. }) => match step {
-            aggregates::learning_journey::RecallStep::AwaitingAnswers => (
-                json!({
-                    "outcome": "completed",
-                    "receipt": {"stored": "recallStarted", "questions": cards.len(), "stateVersion": version},
-                    "questions": workflow["questions"],
-                    "batchCapability": workflow["batchCapability"],
-                    "context": factual(ctx, false),
-                    "continuation": continuation("presentQuestionsAndAwaitAnswers", false),
-                }),
-                summary(locale, "Abfrage gestartet.", "Recall check started."),
-            ),
-            aggregates::learning_journey::RecallStep::AnswersReleased => (
-                json!({
-                    "outcome": "completed",
-                    "receipt": {"stored": "recallAnswersReleased", "stateVersion": version},
-                    "answers": workflow["answers"],
-                    "gradingCapability": workflow["gradingCapability"],
-                    "context": factual(ctx, false),
-                    "continuation": continuation("gradeGiveFeedbackAwaitConsent", true),
-                }),
-                summary(locale, "Sollantworten freigegeben.", "Reference answers released."),
-            ),
-        },
-        Some(Workflow::Exam { step, .. }) => match step {
-            aggregates::learning_journey::ExamStep::AwaitingWork => (
-                json!({
-                    "outcome": "completed",
-                    "receipt": {"stored": "examStarted", "stateVersion": version},
-                    "tasks": workflow["tasks"],
-                    "examCapability": workflow["examCapability"],
-                    "context": factual(ctx, false),
-                    "continuation": continuation("presentTasksAndAwaitWork", false),
-                }),
-                summary(locale, "Prüfung gestartet.", "Exam started."),
-            ),
-            aggregates::learning_journey::ExamStep::SolutionsReleased => (
-                json!({
-                    "outcome": "completed",
-                    "receipt": {"stored": "examSolutionsReleased", "stateVersion": version},
-                    "solutions": workflow["solutions"],
-                    "scoringCapability": workflow["scoringCapability"],
-                    "context": factual(ctx, false),
-                    "continuation": continuation("scoreGiveFeedbackAwaitConsent", true),
-                }),
-                summary(locale, "Lösungen freigegeben.", "Solutions released."),
-            ),
-        },
+    use aggregates::learning_journey::{ExamStep, RecallStep};
+    // Per step: what the receipt says, which items and capability it hands over, what follows.
+    let (stored, items, capability, action, consent, de, en) = match state.workflow.as_ref() {
+        Some(Workflow::VerifiedRecall { step: RecallStep::AwaitingAnswers, .. }) => (
+            "recallStarted",
+            "questions",
+            "batchCapability",
+            "presentQuestionsAndAwaitAnswers",
+            false,
+            "Abfrage gestartet.",
+            "Recall check started.",
+        ),
+        Some(Workflow::VerifiedRecall { step: RecallStep::AnswersReleased, .. }) => (
+            "recallAnswersReleased",
+            "answers",
+            "gradingCapability",
+            "gradeGiveFeedbackAwaitConsent",
+            true,
+            "Sollantworten freigegeben.",
+            "Reference answers released.",
+        ),
+        Some(Workflow::Exam { step: ExamStep::AwaitingWork, .. }) => {
+            ("examStarted", "tasks", "examCapability", "presentTasksAndAwaitWork", false, "Prüfung gestartet.", "Exam started.")
+        }
+        Some(Workflow::Exam { step: ExamStep::SolutionsReleased, .. }) => (
+            "examSolutionsReleased",
+            "solutions",
+            "scoringCapability",
+            "scoreGiveFeedbackAwaitConsent",
+            true,
+            "Lösungen freigegeben.",
+            "Solutions released.",
+        ),
         None => return Err(AppError::NotAllowed),
     };
+    let mut receipt = json!({"stored": stored, "stateVersion": version});
+    if let Some(Workflow::VerifiedRecall { cards, step: RecallStep::AwaitingAnswers, .. }) = state.workflow.as_ref() {
+        receipt["questions"] = json!(cards.len());
+    }
+    let mut structured = json!({
+        "outcome": "completed",
+        "receipt": receipt,
+        "context": factual(ctx, false),
+        "continuation": continuation(action, consent),
+    });
+    structured[items] = workflow[items].clone();
+    structured[capability] = workflow[capability].clone();
+    let text = summary(locale, de, en);
     // The open workflow's capabilities appear once, at the top level of a step result.
-    let mut structured = structured;
     if let Some(ctx) = structured.get_mut("context").and_then(Value::as_object_mut) {
         ctx.remove("openWorkflow");
     }
