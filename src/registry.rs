@@ -352,6 +352,24 @@ mod tests {
     }
 
     #[test]
+    fn a_write_tool_without_a_rejected_exit_is_restricted_and_internal_terms_or_no_quota_are_reported() {
+        let mut defs = definitions();
+        let lock = lock_now();
+        defs[2].manifest.exits = &[Exit::Completed, Exit::Error];
+        defs[3].manifest.intent = "Start the recall capability of the aggregate.";
+        defs[4].manifest.quota = None;
+        let registry = handshake(&defs, CONTEXT_KEYS, &lock);
+        let grade = |i: usize| registry.tools[i].grade;
+        assert_eq!(grade(2), Grade::Restricted);
+        assert!(!registry.may_propose(defs[2].name) && registry.is_bound(defs[2].name));
+        assert_eq!(grade(3), Grade::Reported);
+        assert!(registry.tools[3].reasons[0].contains("capability") && registry.tools[3].reasons[0].contains("aggregate"));
+        assert_eq!(grade(4), Grade::Reported);
+        assert_eq!(registry.tools[4].reasons, vec!["no declared quota".to_owned()]);
+        assert!(registry.refused().is_empty());
+    }
+
+    #[test]
     fn the_whole_picture_reports_unneeded_keys_and_the_quota_sum() {
         let registry = handshake(&definitions(), CONTEXT_KEYS, &lock_now());
         assert!(registry.report.unneeded_keys.contains(&"communicationLocale".to_owned()));
