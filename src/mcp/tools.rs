@@ -595,7 +595,7 @@ async fn handle(app: &Arc<App>, def: &ToolDef, session: &ActiveSession, args: &V
                 CapabilityStep::ExamScoring => write_result(app, session, &executed, WriteKind::ExamScores),
             }
         }
-        "render_skillpilot_goal_visualization" => render(app, session, args),
+        "render_skillpilot_goal_visualization" => render(session, args),
         _ => Err(AppError::Internal),
     }
 }
@@ -740,7 +740,7 @@ fn workflow_result(app: &App, session: &ActiveSession, executed: &Executed, loca
     Ok(ToolOutput { structured, summary: text, meta: None, events_appended, journey_id: Some(session.row.journey_id.clone()) })
 }
 
-fn render(app: &App, session: &ActiveSession, args: &Value) -> Result<ToolOutput, AppError> {
+fn render(session: &ActiveSession, args: &Value) -> Result<ToolOutput, AppError> {
     let state = &session.loaded.state;
     let goal_id = args["goalId"].as_str().unwrap_or_default();
     let version = args["expectedStateVersion"].as_u64().unwrap_or(u64::MAX);
@@ -759,7 +759,6 @@ fn render(app: &App, session: &ActiveSession, args: &Value) -> Result<ToolOutput
             "title": session.pack.text(&goal.title, locale),
         }
     });
-    let _ = app;
     Ok(ToolOutput {
         structured: json!({"outcome": "completed", "rendered": true}),
         summary: summary(locale, "Bild angezeigt.", "Picture shown."),

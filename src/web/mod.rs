@@ -16,8 +16,6 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use minijinja::{context, Environment};
 use serde::{Deserialize, Serialize};
 
@@ -130,11 +128,8 @@ impl Web {
         if let Some(existing) = cookie(headers, CSRF_COOKIE).filter(|c| c.len() >= 32) {
             return (existing, None);
         }
-        let mut bytes = [0u8; 24];
-        if getrandom::fill(&mut bytes).is_err() {
-            bytes = *blake3::hash(self.app.clock.now().to_rfc3339().as_bytes()).as_bytes().first_chunk().unwrap_or(&[0u8; 24]);
-        }
-        let token = URL_SAFE_NO_PAD.encode(bytes);
+        // Two random UUIDs: 244 bits from the OS generator, never a predictable fallback.
+        let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
         let set = format!("{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{}", self.secure());
         (token, Some(set))
     }
