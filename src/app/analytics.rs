@@ -9,13 +9,16 @@ use super::journeys::decode_event;
 use super::App;
 use crate::error::AppError;
 use crate::store::projector::ColumnKind::{self, Integer, Real, Text};
-use crate::store::projector::Target;
+use crate::store::projector::{Checkpoint, Target};
 use crate::store::StoreError;
 
 /// The projector's name in `projector_checkpoints`.
 pub const PROJECTOR: &str = "analytics";
 /// The replay projector, which folds the whole log into the shadow tables.
 pub const REPLAY_PROJECTOR: &str = "analytics-replay";
+
+/// How long a read waits for transactions elsewhere to end before it answers with a lag.
+const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A published analyst view: its API name, SQL view and columns.
 pub struct ViewDef {
@@ -145,16 +148,35 @@ impl App {
         // One projector per process; across processes PostgreSQL's row lock on the checkpoint
         // serializes them.
         let _guard = self.projector_lock.lock().await;
-        self.run_projector(PROJECTOR, Target::Live).await
+        self.catch_up_locked().await
     }
 
-    /// Rebuilds the analytics from the whole log into the shadow tables; returns the tables
-    /// whose live rows differ.
+    /// Catches up with every event committed when it was called. PostgreSQL's projector may
+    /// not pass a transaction still in flight anywhere in the cluster (its snapshot horizon is
+    /// cluster-wide), so it waits a bounded time for such a transaction to end rather than
+    /// answering with a lag that a concurrent writer elsewhere caused.
+    async fn catch_up_locked(&self) -> Result<usize, AppError> {
+        let (_, committed) = self.store.projector_lag(PROJECTOR).await?;
+        let deadline = tokio::time::Instant::now() + CATCH_UP_WAIT;
+        let mut total = 0;
+        loop {
+            total += self.run_projector(PROJECTOR, Target::Live, None).await?;
+            let (projected, _) = self.store.projector_lag(PROJECTOR).await?;
+            if projected >= committed || tokio::time::Instant::now() >= deadline {
+                return Ok(total);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Rebuilds the analytics from the whole log into the shadow tables, up to exactly the
+    /// event the live projector stands at, and returns the tables whose live rows differ.
     pub async fn replay_analytics(&self) -> Result<Vec<String>, AppError> {
         let _guard = self.projector_lock.lock().await;
-        self.run_projector(PROJECTOR, Target::Live).await?;
+        self.catch_up_locked().await?;
+        let live = self.store.projector_checkpoint(PROJECTOR).await?;
         self.store.reset_shadow(REPLAY_PROJECTOR).await?;
-        self.run_projector(REPLAY_PROJECTOR, Target::Shadow).await?;
+        self.run_projector(REPLAY_PROJECTOR, Target::Shadow, Some(live)).await?;
         Ok(self.store.differing_analytics().await?)
     }
 
@@ -164,12 +186,12 @@ impl App {
         Ok(self.store.swap_in_shadow_analytics(PROJECTOR, REPLAY_PROJECTOR).await?)
     }
 
-    async fn run_projector(&self, projector: &str, target: Target) -> Result<usize, AppError> {
+    async fn run_projector(&self, projector: &str, target: Target, until: Option<Checkpoint>) -> Result<usize, AppError> {
         let mut total = 0;
         loop {
             let n = self
                 .store
-                .project_batch(projector, target, 500, |stored| {
+                .project_batch(projector, target, until, 500, |stored| {
                     let event = decode_event(stored)
                         .map_err(|_| StoreError::Corrupt(format!("event {} of {}", stored.sequence, stored.aggregate_id)))?;
                     Ok(projections::analytics::changes(&stored.aggregate_id, &event))

@@ -63,28 +63,43 @@ pub const ANALYTIC_TABLES: &[(&str, &str)] = &[
 ];
 
 impl Store {
-    fn batch_sql(&self) -> (String, &'static str) {
+    fn batch_sql(&self) -> String {
         match self {
-            Store::Sqlite(_) => (
-                format!("SELECT {EVENT_COLUMNS}, position, 0 AS txid FROM events WHERE position > $1 ORDER BY position LIMIT $2"),
-                "SELECT tx, position, events FROM projector_checkpoints WHERE projector = $1",
+            Store::Sqlite(_) => format!(
+                "SELECT {EVENT_COLUMNS}, position, 0 AS txid FROM events WHERE position > $1 AND position <= $2 ORDER BY position LIMIT $3"
             ),
-            Store::Postgres(_) => (
-                format!(
-                    "SELECT {EVENT_COLUMNS}, position, CAST(CAST(tx AS text) AS bigint) AS txid FROM events
-                     WHERE (tx, position) > (CAST(CAST($1 AS text) AS xid8), $2) AND tx < pg_snapshot_xmin(pg_current_snapshot())
-                     ORDER BY tx, position LIMIT $3"
-                ),
-                "SELECT tx, position, events FROM projector_checkpoints WHERE projector = $1",
+            Store::Postgres(_) => format!(
+                "SELECT {EVENT_COLUMNS}, position, CAST(CAST(tx AS text) AS bigint) AS txid FROM events
+                 WHERE (tx, position) > (CAST(CAST($1 AS text) AS xid8), $2)
+                   AND (tx, position) <= (CAST(CAST($3 AS text) AS xid8), $4)
+                   AND tx < pg_snapshot_xmin(pg_current_snapshot())
+                 ORDER BY tx, position LIMIT $5"
             ),
         }
     }
 
-    /// Applies up to `limit` events after the projector's checkpoint; returns how many.
+    /// Where a projector stands (the start when it never ran).
+    pub async fn projector_checkpoint(&self, projector: &str) -> Result<Checkpoint, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query("SELECT tx, position, events FROM projector_checkpoints WHERE projector = $1")
+                .bind(projector)
+                .fetch_optional(pool)
+                .await?;
+            Ok(match row {
+                Some(row) => Checkpoint { tx: row.try_get("tx")?, position: row.try_get("position")?, events: row.try_get("events")? },
+                None => Checkpoint::default(),
+            })
+        })
+    }
+
+    /// Applies up to `limit` events after the projector's checkpoint and not past `until`
+    /// (a replay stops where the live projector stands, so both fold the same events); returns
+    /// how many.
     pub async fn project_batch(
         &self,
         projector: &str,
         target: Target,
+        until: Option<Checkpoint>,
         limit: i64,
         changes: impl Fn(&StoredEvent) -> Result<Vec<Change>, StoreError>,
     ) -> Result<usize, StoreError> {
@@ -95,7 +110,8 @@ impl Store {
             EXAM_RESULT.replace("PREFIX", prefix),
             DAILY.replace("PREFIX", prefix),
         );
-        let (events_sql, checkpoint_sql) = self.batch_sql();
+        let events_sql = self.batch_sql();
+        let until = until.unwrap_or(Checkpoint { tx: i64::MAX, position: i64::MAX, events: i64::MAX });
         let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) VALUES ($1, 0, 0, 0) ON CONFLICT (projector) DO NOTHING")
@@ -106,11 +122,11 @@ impl Store {
             // Write first: SQLite then takes its write lock before reading (a read-then-write
             // transaction would fail once another writer committed), PostgreSQL locks the row.
             sqlx::query("UPDATE projector_checkpoints SET events = events WHERE projector = $1").bind(projector).execute(&mut *tx).await?;
-            let row = sqlx::query(checkpoint_sql).bind(projector).fetch_one(&mut *tx).await?;
+            let row = sqlx::query("SELECT tx, position, events FROM projector_checkpoints WHERE projector = $1").bind(projector).fetch_one(&mut *tx).await?;
             let mut at = Checkpoint { tx: row.try_get("tx")?, position: row.try_get("position")?, events: row.try_get("events")? };
             let query = match self {
-                Store::Sqlite(_) => sqlx::query(&events_sql).bind(at.position).bind(limit),
-                Store::Postgres(_) => sqlx::query(&events_sql).bind(at.tx).bind(at.position).bind(limit),
+                Store::Sqlite(_) => sqlx::query(&events_sql).bind(at.position).bind(until.position).bind(limit),
+                Store::Postgres(_) => sqlx::query(&events_sql).bind(at.tx).bind(at.position).bind(until.tx).bind(until.position).bind(limit),
             };
             let rows = query.fetch_all(&mut *tx).await?;
             for r in &rows {
