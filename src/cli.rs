@@ -30,7 +30,7 @@ pub struct Cli {
     #[arg(long = "content", global = true, env = "SKILLPILOT_CONTENT", default_value = "content")]
     content: PathBuf,
     /// A TOML config file (keys: db, addr, public_url, content, default_locale, allowed_hosts,
-    /// allowed_origins, capability_keys); flags and environment variables take precedence.
+    /// allowed_origins, capability_keys, max_body_bytes, client_timeout_secs); flags and environment variables take precedence.
     #[arg(long, global = true, env = "SKILLPILOT_CONFIG")]
     config: Option<PathBuf>,
     #[command(subcommand)]
@@ -56,6 +56,12 @@ enum Command {
         /// Locale of new journeys when the learner names none.
         #[arg(long, env = "SKILLPILOT_DEFAULT_LOCALE", default_value = "de")]
         default_locale: String,
+        /// Largest accepted request body in bytes; larger ones get 413 before parsing.
+        #[arg(long, env = "SKILLPILOT_MAX_BODY_BYTES", default_value_t = 262_144)]
+        max_body_bytes: usize,
+        /// Seconds a client has to send its request headers, and then its body.
+        #[arg(long, env = "SKILLPILOT_CLIENT_TIMEOUT_SECS", default_value_t = 30)]
+        client_timeout_secs: u64,
     },
     /// Apply the migrations and exit.
     Migrate,
@@ -267,8 +273,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             println!("migrations applied ({})", store.kind());
             Ok(0)
         }
-        Command::Serve { addr, public_url, default_locale, allowed_hosts, allowed_origins } => {
+        Command::Serve { addr, public_url, default_locale, allowed_hosts, allowed_origins, max_body_bytes, client_timeout_secs } => {
             settings.mcp = crate::mcp::McpSettings { allowed_hosts, allowed_origins, ..Default::default() };
+            settings.http =
+                crate::config::HttpSettings { max_body_bytes, client_timeout: std::time::Duration::from_secs(client_timeout_secs.max(1)) };
             settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
             settings.addr = addr;
             settings.default_locale = default_locale;

@@ -33,6 +33,8 @@ pub struct Settings {
     pub pool: PoolSettings,
     /// Allowed hosts and origins of the MCP endpoint.
     pub mcp: McpSettings,
+    /// Request size and client time limits.
+    pub http: HttpSettings,
     /// A seam lock file to read instead of the committed one (never written by the service).
     pub seams_lock: Option<PathBuf>,
     /// Quota window in learner turns (≥ 100).
@@ -40,6 +42,22 @@ pub struct Settings {
     /// A context read within this many milliseconds after a successful write is a suspected
     /// redundant reload.
     pub reload_gap_ms: i64,
+}
+
+/// What the HTTP server takes from a client before it gives up on it.
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    /// Largest request body; a larger one is answered 413 before it is parsed.
+    pub max_body_bytes: usize,
+    /// A client must send its request headers, and then its body, each within this time;
+    /// a slow or dead client is disconnected (headers) or answered 408 (body).
+    pub client_timeout: std::time::Duration,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self { max_body_bytes: 256 * 1024, client_timeout: std::time::Duration::from_secs(30) }
+    }
 }
 
 impl Settings {
@@ -57,6 +75,7 @@ impl Settings {
             capability_keys: None,
             pool: PoolSettings::default(),
             mcp: McpSettings::default(),
+            http: HttpSettings::default(),
             seams_lock: None,
             quota_window: 1000,
             reload_gap_ms: 2000,
@@ -79,6 +98,8 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("allowed_hosts", "SKILLPILOT_ALLOWED_HOSTS"),
     ("allowed_origins", "SKILLPILOT_ALLOWED_ORIGINS"),
     ("capability_keys", "SKILLPILOT_CAPABILITY_KEYS"),
+    ("max_body_bytes", "SKILLPILOT_MAX_BODY_BYTES"),
+    ("client_timeout_secs", "SKILLPILOT_CLIENT_TIMEOUT_SECS"),
 ];
 
 /// Reads the TOML file named by `SKILLPILOT_CONFIG` (or `--config FILE` on the command line)

@@ -3,6 +3,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -44,13 +50,59 @@ impl Application {
                 }
             })
         };
-        let served = axum::serve(self.listener, router).with_graceful_shutdown(shutdown).await.context("the HTTP server failed");
+        serve(self.listener, router, self.app.settings.http.client_timeout, shutdown).await;
         projector.abort();
         self.app.store.close().await;
-        served?;
         Ok(())
     }
 }
+
+/// The accept loop. `axum::serve` sets no timer, so hyper would wait forever for the headers
+/// of a slow or dead client; here a client has `client_timeout` to send them (also between
+/// keep-alive requests). On shutdown the listener closes and open requests drain for as long
+/// as a handler may run.
+async fn serve(listener: TcpListener, router: axum::Router, client_timeout: Duration, shutdown: impl Future<Output = ()>) {
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(client_timeout);
+    builder.http2().timer(TokioTimer::new()).keep_alive_interval(client_timeout).keep_alive_timeout(client_timeout);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let (builder, router, watcher) = (builder.clone(), router.clone(), graceful.watcher());
+        tokio::spawn(async move {
+            // hyper's protocol detection waits for the first bytes without a timer: a client
+            // that connects and sends nothing is dropped here.
+            let mut first = [0u8; 1];
+            if !matches!(tokio::time::timeout(client_timeout, stream.peek(&mut first)).await, Ok(Ok(n)) if n > 0) {
+                return;
+            }
+            let service = TowerToHyperService::new(router);
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+            if let Err(e) = watcher.watch(connection).await {
+                tracing::debug!(error = %e, "connection closed with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
+        tracing::warn!("some connections did not drain in time");
+    }
+}
+
+/// How long open requests may finish after a shutdown signal.
+const DRAIN: Duration = Duration::from_secs(35);
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {

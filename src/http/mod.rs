@@ -8,9 +8,11 @@ mod v1;
 
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -18,7 +20,8 @@ use crate::app::App;
 
 /// The service's router.
 pub fn router(app: Arc<App>) -> Router {
-    let mcp = crate::mcp::router(app.clone(), &app.settings.mcp);
+    let limits = app.settings.http.clone();
+    let mcp = crate::mcp::router(app.clone(), &app.settings.mcp, limits.max_body_bytes);
     let app_for_web = app.clone();
     Router::new()
         .route("/healthz", get(healthz))
@@ -32,10 +35,40 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/operator/replay", post(operator::replay))
         .route("/v1/analytics", get(analytics::list))
         .route("/v1/analytics/{name}", get(analytics::view))
-        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(app)
         .merge(mcp)
         .merge(crate::web::router(app_for_web))
+        // rmcp enforces the same limit itself (axum's does not reach a nested service).
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(limits, read_body))
+}
+
+/// Reads every request body whole, within the size limit and the client timeout, before any
+/// handler (rmcp's included) sees it: an oversized body is 413 unread, a client that stops
+/// sending mid-way gets 408 instead of holding a task.
+async fn read_body(State(limits): State<crate::config::HttpSettings>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body_bytes as u64) {
+        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
+    }
+    match tokio::time::timeout(limits.client_timeout, axum::body::to_bytes(body, limits.max_body_bytes)).await {
+        Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
+        Ok(Err(e)) if is_length_limit(&e) => StatusCode::PAYLOAD_TOO_LARGE.into_response(),
+        Ok(Err(_)) => StatusCode::BAD_REQUEST.into_response(),
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+    }
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Prometheus text exposition; the projector lag is refreshed on each scrape.

@@ -270,12 +270,12 @@ async fn require_learner(State(app): State<Arc<App>>, mut request: Request, next
 }
 
 /// The `/mcp` router.
-pub fn router(app: Arc<App>, settings: &McpSettings) -> Router {
+pub fn router(app: Arc<App>, settings: &McpSettings, max_body_bytes: usize) -> Router {
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
-        .with_max_request_body_bytes(256 * 1024);
+        .with_max_request_body_bytes(max_body_bytes);
     if !settings.allowed_hosts.is_empty() {
         config = config.with_allowed_hosts(settings.allowed_hosts.clone());
     }

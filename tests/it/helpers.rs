@@ -177,7 +177,16 @@ where
     F: FnOnce(Arc<TestApp>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let t = Arc::new(spawn(backend).await);
+    run_with(backend, |_| {}, scenario).await
+}
+
+/// `run` on an app whose settings `adjust` changes first.
+pub async fn run_with<F, Fut>(backend: Backend, adjust: impl FnOnce(&mut Settings), scenario: F)
+where
+    F: FnOnce(Arc<TestApp>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let t = Arc::new(spawn_with(backend, adjust).await);
     let result = tokio::spawn(scenario(t.clone())).await;
     if let Ok(t) = Arc::try_unwrap(t) {
         t.teardown().await;
@@ -187,9 +196,24 @@ where
     }
 }
 
-/// Declares each scenario as two tests: one on SQLite, one on PostgreSQL.
+/// Declares each scenario as two tests: one on SQLite, one on PostgreSQL; with
+/// `settings = f;` first, on apps whose settings `f` adjusts.
 #[macro_export]
 macro_rules! both_stores {
+    (settings = $adjust:ident; $($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    $crate::helpers::run_with($crate::helpers::Backend::Sqlite, super::$adjust, super::$name).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    $crate::helpers::run_with($crate::helpers::Backend::Postgres, super::$adjust, super::$name).await
+                }
+            }
+        )*
+    };
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {

@@ -3,10 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod analytics;
+mod bad_input;
 mod concurrency;
 mod faults;
 mod helpers;
 mod http;
+mod limits;
 mod mcp_contract;
 mod mcp_journeys;
 mod registry;
