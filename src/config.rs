@@ -35,6 +35,8 @@ pub struct Settings {
     pub mcp: McpSettings,
     /// Request size and client time limits.
     pub http: HttpSettings,
+    /// Journeys (and bearer tokens) kept in memory between requests.
+    pub journey_cache: usize,
     /// A seam lock file to read instead of the committed one (never written by the service).
     pub seams_lock: Option<PathBuf>,
     /// Quota window in learner turns (≥ 100).
@@ -76,6 +78,7 @@ impl Settings {
             pool: PoolSettings::default(),
             mcp: McpSettings::default(),
             http: HttpSettings::default(),
+            journey_cache: 1024,
             seams_lock: None,
             quota_window: 1000,
             reload_gap_ms: 2000,

@@ -1,6 +1,8 @@
 //! Analyst projections: what each event changes in the analytic views. A pure function of
 //! one event; the catch-up projector applies the changes and its position in one transaction.
 
+use std::collections::BTreeMap;
+
 use aggregates::learning_journey::JourneyEvent;
 use serde::Serialize;
 
@@ -115,4 +117,103 @@ pub fn changes(journey_id: &str, event: &JourneyEvent) -> Vec<Change> {
     }
     out.push(daily);
     out
+}
+
+/// A goal's row in `goal_mastery`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GoalMasteryRow {
+    /// Mastery after the last change.
+    pub mastery: f64,
+    /// Mastered after the last change.
+    pub mastered: bool,
+    /// Completions counted.
+    pub completions: i64,
+    /// Time of the last change.
+    pub updated_at: String,
+}
+
+/// A card's row in `recall_outcomes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecallRow {
+    /// Its goal (as first recorded).
+    pub goal_id: String,
+    /// Passed assessments.
+    pub passed: i64,
+    /// Failed assessments.
+    pub failed: i64,
+}
+
+/// An attempt's row in `exam_results` (the first scoring of an attempt counts).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExamRow {
+    /// Total.
+    pub total_points: f64,
+    /// Maximum.
+    pub max_points: u32,
+    /// Passed.
+    pub passed: bool,
+    /// When.
+    pub scored_at: String,
+}
+
+/// A day's row in `daily_activity`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DailyRow {
+    /// Events.
+    pub events: i64,
+    /// Goals completed.
+    pub goals_completed: i64,
+    /// Recall cards assessed.
+    pub recall_results: i64,
+    /// Exams scored.
+    pub exams_scored: i64,
+}
+
+/// The analytic tables folded in memory, with the same semantics as the live projector's
+/// upserts: a rebuild folds the whole log here and writes each row once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tables {
+    /// (journey, goal) → row.
+    pub goal_mastery: BTreeMap<(String, String), GoalMasteryRow>,
+    /// card → row.
+    pub recall_outcomes: BTreeMap<String, RecallRow>,
+    /// (journey, attempt) → row.
+    pub exam_results: BTreeMap<(String, u64), ExamRow>,
+    /// day → row.
+    pub daily_activity: BTreeMap<String, DailyRow>,
+}
+
+impl Tables {
+    /// Applies one change.
+    pub fn apply(&mut self, change: Change) {
+        match change {
+            Change::GoalMastery { journey_id, goal_id, mastery, mastered, completed, at } => {
+                let row = self.goal_mastery.entry((journey_id, goal_id)).or_insert_with(|| GoalMasteryRow {
+                    mastery,
+                    mastered,
+                    completions: 0,
+                    updated_at: at.clone(),
+                });
+                *row = GoalMasteryRow { mastery, mastered, completions: row.completions + completed, updated_at: at };
+            }
+            Change::RecallOutcome { card_id, goal_id, passed } => {
+                let row = self.recall_outcomes.entry(card_id).or_insert(RecallRow { goal_id, passed: 0, failed: 0 });
+                if passed {
+                    row.passed += 1;
+                } else {
+                    row.failed += 1;
+                }
+            }
+            Change::ExamResult { journey_id, instance, total_points, max_points, passed, at } => {
+                self.exam_results.entry((journey_id, instance)).or_insert(ExamRow { total_points, max_points, passed, scored_at: at });
+            }
+            Change::Daily { day, events, goals_completed, recall_results, exams_scored } => {
+                let row = self.daily_activity.entry(day).or_default();
+                row.events += events;
+                row.goals_completed += goals_completed;
+                row.recall_results += recall_results;
+                row.exams_scored += exams_scored;
+            }
+        }
+    }
 }

@@ -8,8 +8,8 @@ use serde_json::Value;
 use super::journeys::decode_event;
 use super::App;
 use crate::error::AppError;
+use crate::store::projector::Checkpoint;
 use crate::store::projector::ColumnKind::{self, Integer, Real, Text};
-use crate::store::projector::{Checkpoint, Target};
 use crate::store::StoreError;
 
 /// The projector's name in `projector_checkpoints`.
@@ -160,7 +160,7 @@ impl App {
         let deadline = tokio::time::Instant::now() + CATCH_UP_WAIT;
         let mut total = 0;
         loop {
-            total += self.run_projector(PROJECTOR, Target::Live, None).await?;
+            total += self.run_projector().await?;
             let (projected, _) = self.store.projector_lag(PROJECTOR).await?;
             if projected >= committed || tokio::time::Instant::now() >= deadline {
                 return Ok(total);
@@ -175,8 +175,22 @@ impl App {
         let _guard = self.projector_lock.lock().await;
         self.catch_up_locked().await?;
         let live = self.store.projector_checkpoint(PROJECTOR).await?;
-        self.store.reset_shadow(REPLAY_PROJECTOR).await?;
-        self.run_projector(REPLAY_PROJECTOR, Target::Shadow, Some(live)).await?;
+        // Folded in memory and written once: row by row upserts made the rebuild 20× slower
+        // than a scan of the log.
+        let mut tables = projections::analytics::Tables::default();
+        let mut at = Checkpoint::default();
+        loop {
+            let batch = self.store.projectable_events(at, live, 2000).await?;
+            let Some((_, last)) = batch.last() else { break };
+            at = *last;
+            for (stored, _) in &batch {
+                let event = decode_event(stored)?;
+                for change in projections::analytics::changes(&stored.aggregate_id, &event) {
+                    tables.apply(change);
+                }
+            }
+        }
+        self.store.write_shadow(REPLAY_PROJECTOR, &tables, at).await?;
         Ok(self.store.differing_analytics().await?)
     }
 
@@ -186,12 +200,12 @@ impl App {
         Ok(self.store.swap_in_shadow_analytics(PROJECTOR, REPLAY_PROJECTOR).await?)
     }
 
-    async fn run_projector(&self, projector: &str, target: Target, until: Option<Checkpoint>) -> Result<usize, AppError> {
+    async fn run_projector(&self) -> Result<usize, AppError> {
         let mut total = 0;
         loop {
             let n = self
                 .store
-                .project_batch(projector, target, until, 500, |stored| {
+                .project_batch(PROJECTOR, 500, |stored| {
                     let event = decode_event(stored)
                         .map_err(|_| StoreError::Corrupt(format!("event {} of {}", stored.sequence, stored.aggregate_id)))?;
                     Ok(projections::analytics::changes(&stored.aggregate_id, &event))

@@ -47,6 +47,10 @@ pub struct Principal {
     pub learner_id: Option<String>,
 }
 
+/// How long a resolved bearer token is trusted from memory: the longest a token removed from
+/// the store keeps working on an instance that resolved it just before.
+pub const PRINCIPAL_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn hash_token(token: &str) -> String {
     blake3::hash(token.as_bytes()).to_hex().to_string()
 }
@@ -82,10 +86,20 @@ impl App {
         Ok(token)
     }
 
-    /// Resolves a bearer token.
+    /// Resolves a bearer token (a known one from memory for `PRINCIPAL_TTL`; unknown tokens
+    /// always ask the store).
     pub async fn authenticate(&self, token: &str) -> Result<Principal, AppError> {
-        let (role, learner_id) = self.store.token(&hash_token(token)).await?.ok_or(AppError::Unauthorized)?;
+        let hash = hash_token(token);
+        if let Some((principal, at)) = self.principals.get(&hash) {
+            if at.elapsed() < PRINCIPAL_TTL {
+                return Ok(principal);
+            }
+            self.principals.forget(&hash);
+        }
+        let (role, learner_id) = self.store.token(&hash).await?.ok_or(AppError::Unauthorized)?;
         let role = Role::parse(&role).ok_or(AppError::Unauthorized)?;
-        Ok(Principal { role, learner_id })
+        let principal = Principal { role, learner_id };
+        self.principals.put(hash, (principal.clone(), std::time::Instant::now()));
+        Ok(principal)
     }
 }

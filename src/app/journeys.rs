@@ -120,24 +120,39 @@ fn chain_of(stored: &StoredEvent) -> String {
 }
 
 impl App {
-    /// Loads a journey from its snapshot and the events after it.
+    /// Loads a journey: from the state this process last saw of it, else from its snapshot,
+    /// and in both cases the events after that (so writes by other processes are seen).
     pub async fn load_journey(&self, journey_id: &str) -> Result<Loaded, AppError> {
-        let snapshot = self.store.snapshot(journey_id).await?;
-        let (mut state, mut last_hash, from) = match snapshot {
-            Some(s) => match serde_json::from_value::<LearningJourney>(s.state) {
-                Ok(state) => (state, s.chain_hash, s.version),
-                Err(e) => {
-                    tracing::warn!(error = %e, "ignoring an unreadable snapshot");
-                    (LearningJourney::default(), GENESIS.to_owned(), 0)
-                }
-            },
-            None => (LearningJourney::default(), GENESIS.to_owned(), 0),
+        let start = match self.journeys.get(&journey_id.to_owned()) {
+            Some(cached) => cached,
+            None => self.from_snapshot(journey_id).await?,
         };
-        for stored in self.store.events_after(journey_id, from).await? {
+        let Loaded { mut state, mut last_hash, snapshot_version } = start;
+        for stored in self.store.events_after(journey_id, state.version).await? {
             state.apply(decode_event(&stored)?);
             last_hash = chain_of(&stored);
         }
-        Ok(Loaded { state, last_hash, snapshot_version: from })
+        let loaded = Loaded { state, last_hash, snapshot_version };
+        self.journeys.put(journey_id.to_owned(), loaded.clone());
+        Ok(loaded)
+    }
+
+    async fn from_snapshot(&self, journey_id: &str) -> Result<Loaded, AppError> {
+        let empty = || Loaded { state: LearningJourney::default(), last_hash: GENESIS.to_owned(), snapshot_version: 0 };
+        Ok(match self.store.snapshot(journey_id).await? {
+            Some(s) => match serde_json::from_value::<LearningJourney>(s.state) {
+                Ok(state) if state.version == s.version => Loaded { state, last_hash: s.chain_hash, snapshot_version: s.version },
+                Ok(_) => {
+                    tracing::warn!(journey_id, "ignoring a snapshot whose state disagrees with its version");
+                    empty()
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "ignoring an unreadable snapshot");
+                    empty()
+                }
+            },
+            None => empty(),
+        })
     }
 
     /// Folds a journey's events up to a version, from the start (no snapshot).
@@ -233,7 +248,8 @@ impl App {
             committed.push((stored.sequence as u64, event));
         }
         let last_hash = serialized.last().map(chain_of).unwrap_or_else(|| loaded.last_hash.clone());
-        self.after_commit(&request.journey_id, &state, &pack, &last_hash, loaded.snapshot_version).await;
+        let snapshot_version = self.after_commit(&request.journey_id, &state, &pack, &last_hash, loaded.snapshot_version).await;
+        self.journeys.put(request.journey_id.clone(), Loaded { state: state.clone(), last_hash, snapshot_version });
         Ok(Executed { state, committed, replayed: false, pack })
     }
 
@@ -302,8 +318,9 @@ impl App {
     }
 
     /// The view and the snapshot follow the commit. A failure here loses nothing: the events
-    /// are durable, the view records its version and is caught up at the next start.
-    async fn after_commit(&self, journey_id: &str, state: &LearningJourney, pack: &Pack, last_hash: &str, snapshot_version: u64) {
+    /// are durable, the view records its version and is caught up at the next start. Returns
+    /// the version the newest snapshot reflects.
+    async fn after_commit(&self, journey_id: &str, state: &LearningJourney, pack: &Pack, last_hash: &str, snapshot_version: u64) -> u64 {
         let view = view_of(state, pack);
         if let Err(e) = self
             .side
@@ -316,13 +333,15 @@ impl App {
             match serde_json::to_value(state) {
                 Ok(value) => {
                     let snapshot = Snapshot { version: state.version, chain_hash: last_hash.to_owned(), state: value };
-                    if let Err(e) = self.store.save_snapshot(journey_id, &snapshot).await {
-                        tracing::warn!(error = %e, "snapshot deferred");
+                    match self.store.save_snapshot(journey_id, &snapshot).await {
+                        Ok(()) => return state.version,
+                        Err(e) => tracing::warn!(error = %e, "snapshot deferred"),
                     }
                 }
                 Err(e) => tracing::error!(error = %e, "cannot serialize a snapshot"),
             }
         }
+        snapshot_version
     }
 
     /// Brings every view row up to its stream's head (after a crash between commit and view).

@@ -41,6 +41,57 @@ pub struct App {
     pub projector_lock: tokio::sync::Mutex<()>,
     /// Prometheus metrics.
     pub metrics: crate::metrics::Metrics,
+    /// The last loaded state of recently used journeys, validated against the log on every
+    /// load (only the events after it are read); bounded by `Settings::journey_cache`.
+    pub(crate) journeys: Bounded<String, journeys::Loaded>,
+    /// Recently resolved bearer tokens (by hash), each for `identity::PRINCIPAL_TTL`.
+    pub(crate) principals: Bounded<String, (identity::Principal, std::time::Instant)>,
+}
+
+impl App {
+    /// Journeys held in memory (never more than `Settings::journey_cache`).
+    pub fn journeys_cached(&self) -> usize {
+        self.journeys.len()
+    }
+}
+
+/// A bounded least-recently-used map shared across requests. A poisoned lock only disables
+/// the cache: every caller can fall back to the store.
+pub struct Bounded<K: std::hash::Hash + Eq, V>(std::sync::Mutex<lru::LruCache<K, V>>);
+
+impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
+    fn new(capacity: usize) -> Self {
+        Self(std::sync::Mutex::new(lru::LruCache::new(std::num::NonZeroUsize::new(capacity.max(1)).unwrap_or(std::num::NonZeroUsize::MIN))))
+    }
+
+    /// A copy of the entry, marked as recently used.
+    pub fn get(&self, key: &K) -> Option<V> {
+        self.0.lock().ok()?.get(key).cloned()
+    }
+
+    /// Stores an entry, evicting the least recently used one when full.
+    pub fn put(&self, key: K, value: V) {
+        if let Ok(mut cache) = self.0.lock() {
+            cache.put(key, value);
+        }
+    }
+
+    /// Drops an entry.
+    pub fn forget(&self, key: &K) {
+        if let Ok(mut cache) = self.0.lock() {
+            cache.pop(key);
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.0.lock().map(|c| c.len()).unwrap_or(0)
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl App {
@@ -65,6 +116,7 @@ impl App {
             None => Lock::parse(COMMITTED_LOCK)?,
         };
         let registry = Registry::start(&lock);
+        let (journeys, principals) = (Bounded::new(settings.journey_cache), Bounded::new(settings.journey_cache));
         let app = Arc::new(Self {
             store,
             side,
@@ -75,6 +127,8 @@ impl App {
             registry,
             projector_lock: tokio::sync::Mutex::new(()),
             metrics: Default::default(),
+            journeys,
+            principals,
         });
         app.catch_up_views().await.context("cannot bring the views up to date")?;
         app.catch_up_analytics().await.context("cannot bring the analytics up to date")?;

@@ -208,14 +208,16 @@ impl App {
         let live: BTreeMap<String, (u64, Value)> =
             self.store.views(ViewTable::Context).await?.into_iter().map(|(id, v, p)| (id, (v, p))).collect();
         let mut differing = Vec::new();
+        let mut rebuilt = Vec::with_capacity(states.len());
         for (journey_id, state) in &states {
             let pack = self.pack_of(state)?;
             let view = view_of(state, &pack);
-            self.store.save_view(ViewTable::ContextShadow, journey_id, state.version, &view).await?;
-            if live.get(journey_id) != Some(&(state.version, view)) {
+            if live.get(journey_id) != Some(&(state.version, view.clone())) {
                 differing.push(journey_id.clone());
             }
+            rebuilt.push((journey_id.clone(), state.version, view));
         }
+        self.store.save_views(ViewTable::ContextShadow, &rebuilt).await?;
         differing.extend(live.keys().filter(|id| !states.contains_key(*id)).cloned());
         let analytics_differing = self.replay_analytics().await?;
         Ok(ReplayReport { journeys: states.len(), events, differing, analytics_differing })

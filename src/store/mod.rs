@@ -403,6 +403,11 @@ impl Store {
 
     /// Upserts a view row unless the stored one reflects a newer version.
     pub async fn save_view(&self, table: ViewTable, view_id: &str, version: u64, payload: &Value) -> Result<(), StoreError> {
+        self.save_views(table, &[(view_id.to_owned(), version, payload.clone())]).await
+    }
+
+    /// Upserts many view rows in one transaction (a rebuild), each only forward.
+    pub async fn save_views(&self, table: ViewTable, rows: &[(String, u64, Value)]) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         let t = table.name();
         let sql = format!(
@@ -411,7 +416,11 @@ impl Store {
              WHERE {t}.version < excluded.version"
         );
         on_pool!(self, pool => {
-            sqlx::query(&sql).bind(view_id).bind(i64_of(version)).bind(payload.to_string()).execute(pool).await?;
+            let mut tx = pool.begin().await?;
+            for (view_id, version, payload) in rows {
+                sqlx::query(&sql).bind(view_id).bind(i64_of(*version)).bind(payload.to_string()).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
             Ok(())
         })
     }

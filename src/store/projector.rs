@@ -4,7 +4,7 @@
 //! order; on PostgreSQL rows are read in (transaction id, position) order and only from
 //! transactions older than the oldest one still running.
 
-use projections::analytics::Change;
+use projections::analytics::{Change, Tables};
 use sqlx::Row;
 
 use super::{on_pool, row_to_event, Store, StoreError, StoredEvent, EVENT_COLUMNS};
@@ -18,6 +18,11 @@ pub struct Checkpoint {
     pub position: i64,
     /// Events applied so far.
     pub events: i64,
+}
+
+impl Checkpoint {
+    /// Past every event.
+    pub const END: Self = Self { tx: i64::MAX, position: i64::MAX, events: i64::MAX };
 }
 
 const GOAL_MASTERY: &str =
@@ -92,18 +97,15 @@ impl Store {
         })
     }
 
-    /// Applies up to `limit` events after the projector's checkpoint and not past `until`
-    /// (a replay stops where the live projector stands, so both fold the same events); returns
-    /// how many.
+    /// Applies up to `limit` events after the live projector's checkpoint to the live tables;
+    /// returns how many.
     pub async fn project_batch(
         &self,
         projector: &str,
-        target: Target,
-        until: Option<Checkpoint>,
         limit: i64,
         changes: impl Fn(&StoredEvent) -> Result<Vec<Change>, StoreError>,
     ) -> Result<usize, StoreError> {
-        let prefix = target.prefix();
+        let prefix = Target::Live.prefix();
         let (goal_sql, recall_sql, exam_sql, daily_sql) = (
             GOAL_MASTERY.replace("PREFIX", prefix),
             RECALL_OUTCOME.replace("PREFIX", prefix),
@@ -111,7 +113,7 @@ impl Store {
             DAILY.replace("PREFIX", prefix),
         );
         let events_sql = self.batch_sql();
-        let until = until.unwrap_or(Checkpoint { tx: i64::MAX, position: i64::MAX, events: i64::MAX });
+        let until = Checkpoint::END;
         let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) VALUES ($1, 0, 0, 0) ON CONFLICT (projector) DO NOTHING")
@@ -169,15 +171,90 @@ impl Store {
         })
     }
 
-    /// Empties the shadow tables and forgets the replay projector's position.
-    pub async fn reset_shadow(&self, projector: &str) -> Result<(), StoreError> {
+    /// Events after `after` and not past `until`, in the projector's order, each with the
+    /// checkpoint it moves the projector to (for a rebuild that reads without writing).
+    pub async fn projectable_events(
+        &self,
+        after: Checkpoint,
+        until: Checkpoint,
+        limit: i64,
+    ) -> Result<Vec<(StoredEvent, Checkpoint)>, StoreError> {
+        let sql = self.batch_sql();
+        on_pool!(self, pool => {
+            let query = match self {
+                Store::Sqlite(_) => sqlx::query(&sql).bind(after.position).bind(until.position).bind(limit),
+                Store::Postgres(_) => sqlx::query(&sql).bind(after.tx).bind(after.position).bind(until.tx).bind(until.position).bind(limit),
+            };
+            let rows = query.fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            let mut events = after.events;
+            for r in &rows {
+                events += 1;
+                out.push((row_to_event(r)?, Checkpoint { tx: r.try_get("txid")?, position: r.try_get("position")?, events }));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Replaces the shadow tables with rows folded in memory and sets the replay projector's
+    /// checkpoint, in one transaction.
+    pub async fn write_shadow(&self, projector: &str, tables: &Tables, at: Checkpoint) -> Result<(), StoreError> {
+        let prefix = Target::Shadow.prefix();
+        let (goal_sql, recall_sql, exam_sql, daily_sql) = (
+            GOAL_MASTERY.replace("PREFIX", prefix),
+            RECALL_OUTCOME.replace("PREFIX", prefix),
+            EXAM_RESULT.replace("PREFIX", prefix),
+            DAILY.replace("PREFIX", prefix),
+        );
         let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             for (table, _) in ANALYTIC_TABLES {
                 sqlx::query(&format!("DELETE FROM analytics_shadow_{table}")).execute(&mut *tx).await?;
             }
+            for ((journey_id, goal_id), row) in &tables.goal_mastery {
+                sqlx::query(&goal_sql)
+                    .bind(journey_id)
+                    .bind(goal_id)
+                    .bind(row.mastery)
+                    .bind(i64::from(row.mastered))
+                    .bind(row.completions)
+                    .bind(&row.updated_at)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            for (card_id, row) in &tables.recall_outcomes {
+                sqlx::query(&recall_sql).bind(card_id).bind(&row.goal_id).bind(row.passed).bind(row.failed).execute(&mut *tx).await?;
+            }
+            for ((journey_id, instance), row) in &tables.exam_results {
+                sqlx::query(&exam_sql)
+                    .bind(journey_id)
+                    .bind(i64::try_from(*instance).unwrap_or(i64::MAX))
+                    .bind(row.total_points)
+                    .bind(i64::from(row.max_points))
+                    .bind(i64::from(row.passed))
+                    .bind(&row.scored_at)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            for (day, row) in &tables.daily_activity {
+                sqlx::query(&daily_sql)
+                    .bind(day)
+                    .bind(row.events)
+                    .bind(row.goals_completed)
+                    .bind(row.recall_results)
+                    .bind(row.exams_scored)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             sqlx::query("DELETE FROM projector_checkpoints WHERE projector = $1").bind(projector).execute(&mut *tx).await?;
+            sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) VALUES ($1, $2, $3, $4)")
+                .bind(projector)
+                .bind(at.tx)
+                .bind(at.position)
+                .bind(at.events)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(())
         })

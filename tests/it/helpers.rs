@@ -138,6 +138,19 @@ impl TestApp {
         self.app.start_session(&principal, StartSession { time_zone: Some("Europe/Berlin".into()), ..Default::default() }).await.unwrap()
     }
 
+    /// A second application instance on the same database, with its own caches (another
+    /// process behind the same load balancer), not serving HTTP.
+    pub async fn another_process(&self) -> Arc<App> {
+        self.another_process_with(|_| {}).await
+    }
+
+    /// `another_process` with adjusted settings.
+    pub async fn another_process_with(&self, adjust: impl FnOnce(&mut Settings)) -> Arc<App> {
+        let mut settings = self.app.settings.clone();
+        adjust(&mut settings);
+        App::build(settings, self.clock.clone()).await.unwrap()
+    }
+
     /// Runs raw SQL against the test database (tampering and crash simulations only).
     pub async fn raw_sql(&self, sqlite: &str, postgres: &str) {
         match self.backend {

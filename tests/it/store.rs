@@ -217,11 +217,44 @@ async fn a_snapshot_loads_to_the_same_state_as_the_full_fold(t: Arc<TestApp>) {
     for i in 0..120 {
         t.app.execute(choose(&s.journey_id, OptionChoice::Autopilot { autopilot: i % 2 == 0 }), None).await.unwrap();
     }
-    let loaded = t.app.load_journey(&s.journey_id).await.unwrap();
+    // A fresh process has nothing cached: it starts from the snapshot.
+    let fresh = t.another_process().await;
+    let loaded = fresh.load_journey(&s.journey_id).await.unwrap();
     assert!(loaded.snapshot_version >= 100, "a snapshot was taken: {}", loaded.snapshot_version);
     let folded: LearningJourney = t.app.fold_upto(&s.journey_id, loaded.state.version).await.unwrap();
     assert_eq!(loaded.state, folded);
     assert_eq!(loaded.state.version, 122);
+    fresh.store.close().await;
+}
+
+async fn a_cached_journey_equals_the_full_fold_after_another_process_wrote_and_the_cache_is_bounded(t: Arc<TestApp>) {
+    let s = t.started().await;
+    t.app.execute(choose(&s.journey_id, OptionChoice::Autopilot { autopilot: true }), None).await.unwrap();
+    let cached = t.app.load_journey(&s.journey_id).await.unwrap();
+    // Another instance behind the same load balancer writes; this one must see it.
+    let other = t.another_process().await;
+    for i in 0..30 {
+        other.execute(choose(&s.journey_id, OptionChoice::Autopilot { autopilot: i % 2 == 1 }), None).await.unwrap();
+    }
+    let loaded = t.app.load_journey(&s.journey_id).await.unwrap();
+    assert_eq!(loaded.state.version, cached.state.version + 30);
+    assert_eq!(loaded.state, t.app.fold_upto(&s.journey_id, loaded.state.version).await.unwrap());
+    assert_eq!(loaded.last_hash, other.load_journey(&s.journey_id).await.unwrap().last_hash);
+    // A write from here on the state the other process left.
+    t.app.execute(choose(&s.journey_id, OptionChoice::Autopilot { autopilot: false }), None).await.unwrap();
+    assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
+    other.store.close().await;
+
+    let capacity = t.app.settings.journey_cache;
+    let bounded = t.another_process_with(|settings| settings.journey_cache = 3).await;
+    for _ in 0..5 {
+        let j = t.started().await;
+        bounded.load_journey(&j.journey_id).await.unwrap();
+        assert!(bounded.journeys_cached() <= 3, "{} > 3", bounded.journeys_cached());
+    }
+    assert_eq!(bounded.journeys_cached(), 3);
+    assert!(capacity >= 3);
+    bounded.store.close().await;
 }
 
 async fn a_view_lost_between_commit_and_update_is_caught_up(t: Arc<TestApp>) {
@@ -276,6 +309,7 @@ both_stores!(
     a_modified_event_payload_is_named_by_audit_verify,
     a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one,
     a_snapshot_loads_to_the_same_state_as_the_full_fold,
+    a_cached_journey_equals_the_full_fold_after_another_process_wrote_and_the_cache_is_bounded,
     a_view_lost_between_commit_and_update_is_caught_up,
     starting_a_session_never_changes_the_state_version,
     concurrent_first_sessions_create_one_started_journey,
