@@ -125,7 +125,7 @@ impl App {
     pub async fn load_journey(&self, journey_id: &str) -> Result<Loaded, AppError> {
         let start = match self.journeys.get(&journey_id.to_owned()) {
             Some(cached) => cached,
-            None => self.from_snapshot(journey_id).await?,
+            None => self.load_from_snapshot(journey_id).await?,
         };
         let Loaded { mut state, mut last_hash, snapshot_version } = start;
         for stored in self.store.events_after(journey_id, state.version).await? {
@@ -137,7 +137,7 @@ impl App {
         Ok(loaded)
     }
 
-    async fn from_snapshot(&self, journey_id: &str) -> Result<Loaded, AppError> {
+    async fn load_from_snapshot(&self, journey_id: &str) -> Result<Loaded, AppError> {
         let empty = || Loaded { state: LearningJourney::default(), last_hash: GENESIS.to_owned(), snapshot_version: 0 };
         Ok(match self.store.snapshot(journey_id).await? {
             Some(s) => match serde_json::from_value::<LearningJourney>(s.state) {

@@ -187,9 +187,7 @@ impl Store {
             };
             let rows = query.fetch_all(pool).await?;
             let mut out = Vec::with_capacity(rows.len());
-            let mut events = after.events;
-            for r in &rows {
-                events += 1;
+            for (events, r) in (after.events + 1..).zip(rows.iter()) {
                 out.push((row_to_event(r)?, Checkpoint { tx: r.try_get("txid")?, position: r.try_get("position")?, events }));
             }
             Ok(out)
