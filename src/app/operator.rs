@@ -189,6 +189,7 @@ impl App {
     /// Rebuilds the full-context view of every journey from the log into the shadow table
     /// and compares it with the live table.
     pub async fn replay(&self) -> Result<ReplayReport, AppError> {
+        let started = std::time::Instant::now();
         self.store.clear_view(ViewTable::ContextShadow).await?;
         let mut states: BTreeMap<String, LearningJourney> = BTreeMap::new();
         let mut events = 0;
@@ -205,6 +206,7 @@ impl App {
         if let Some(err) = failure {
             return Err(err);
         }
+        let folded = started.elapsed();
         let live: BTreeMap<String, (u64, Value)> =
             self.store.views(ViewTable::Context).await?.into_iter().map(|(id, v, p)| (id, (v, p))).collect();
         let mut differing = Vec::new();
@@ -219,7 +221,16 @@ impl App {
         }
         self.store.save_views(ViewTable::ContextShadow, &rebuilt).await?;
         differing.extend(live.keys().filter(|id| !states.contains_key(*id)).cloned());
+        let views_done = started.elapsed();
         let analytics_differing = self.replay_analytics().await?;
+        tracing::info!(
+            events,
+            journeys = states.len(),
+            fold_ms = folded.as_millis() as u64,
+            views_ms = (views_done - folded).as_millis() as u64,
+            analytics_ms = (started.elapsed() - views_done).as_millis() as u64,
+            "replay finished"
+        );
         Ok(ReplayReport { journeys: states.len(), events, differing, analytics_differing })
     }
 }

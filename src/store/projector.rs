@@ -41,6 +41,10 @@ const DAILY: &str =
     recall_results = PREFIX_daily_activity.recall_results + excluded.recall_results,
     exams_scored = PREFIX_daily_activity.exams_scored + excluded.exams_scored";
 
+/// Rows per multi-row insert of a rebuild (6 columns × 500 stays far below both stores'
+/// bind-parameter limits).
+const ROWS_PER_INSERT: usize = 500;
+
 /// Which analytic tables a projector writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -198,52 +202,49 @@ impl Store {
     /// checkpoint, in one transaction.
     pub async fn write_shadow(&self, projector: &str, tables: &Tables, at: Checkpoint) -> Result<(), StoreError> {
         let prefix = Target::Shadow.prefix();
-        let (goal_sql, recall_sql, exam_sql, daily_sql) = (
-            GOAL_MASTERY.replace("PREFIX", prefix),
-            RECALL_OUTCOME.replace("PREFIX", prefix),
-            EXAM_RESULT.replace("PREFIX", prefix),
-            DAILY.replace("PREFIX", prefix),
-        );
         let _turn = self.write_turn().await;
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             for (table, _) in ANALYTIC_TABLES {
                 sqlx::query(&format!("DELETE FROM analytics_shadow_{table}")).execute(&mut *tx).await?;
             }
-            for ((journey_id, goal_id), row) in &tables.goal_mastery {
-                sqlx::query(&goal_sql)
-                    .bind(journey_id)
-                    .bind(goal_id)
-                    .bind(row.mastery)
-                    .bind(i64::from(row.mastered))
-                    .bind(row.completions)
-                    .bind(&row.updated_at)
-                    .execute(&mut *tx)
-                    .await?;
+            // Multi-row inserts: one round trip per 500 rows instead of one per row.
+            let goals: Vec<_> = tables.goal_mastery.iter().collect();
+            for chunk in goals.chunks(ROWS_PER_INSERT) {
+                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO {prefix}_goal_mastery (journey_id, goal_id, mastery, mastered, completions, updated_at) "));
+                insert.push_values(chunk, |mut b, ((journey_id, goal_id), row)| {
+                    b.push_bind(journey_id).push_bind(goal_id).push_bind(row.mastery).push_bind(i64::from(row.mastered)).push_bind(row.completions).push_bind(&row.updated_at);
+                });
+                insert.build().execute(&mut *tx).await?;
             }
-            for (card_id, row) in &tables.recall_outcomes {
-                sqlx::query(&recall_sql).bind(card_id).bind(&row.goal_id).bind(row.passed).bind(row.failed).execute(&mut *tx).await?;
+            let cards: Vec<_> = tables.recall_outcomes.iter().collect();
+            for chunk in cards.chunks(ROWS_PER_INSERT) {
+                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO {prefix}_recall_outcomes (card_id, goal_id, passed, failed) "));
+                insert.push_values(chunk, |mut b, (card_id, row)| {
+                    b.push_bind(card_id).push_bind(&row.goal_id).push_bind(row.passed).push_bind(row.failed);
+                });
+                insert.build().execute(&mut *tx).await?;
             }
-            for ((journey_id, instance), row) in &tables.exam_results {
-                sqlx::query(&exam_sql)
-                    .bind(journey_id)
-                    .bind(i64::try_from(*instance).unwrap_or(i64::MAX))
-                    .bind(row.total_points)
-                    .bind(i64::from(row.max_points))
-                    .bind(i64::from(row.passed))
-                    .bind(&row.scored_at)
-                    .execute(&mut *tx)
-                    .await?;
+            let exams: Vec<_> = tables.exam_results.iter().collect();
+            for chunk in exams.chunks(ROWS_PER_INSERT) {
+                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO {prefix}_exam_results (journey_id, instance, total_points, max_points, passed, scored_at) "));
+                insert.push_values(chunk, |mut b, ((journey_id, instance), row)| {
+                    b.push_bind(journey_id)
+                        .push_bind(i64::try_from(*instance).unwrap_or(i64::MAX))
+                        .push_bind(row.total_points)
+                        .push_bind(i64::from(row.max_points))
+                        .push_bind(i64::from(row.passed))
+                        .push_bind(&row.scored_at);
+                });
+                insert.build().execute(&mut *tx).await?;
             }
-            for (day, row) in &tables.daily_activity {
-                sqlx::query(&daily_sql)
-                    .bind(day)
-                    .bind(row.events)
-                    .bind(row.goals_completed)
-                    .bind(row.recall_results)
-                    .bind(row.exams_scored)
-                    .execute(&mut *tx)
-                    .await?;
+            let days: Vec<_> = tables.daily_activity.iter().collect();
+            for chunk in days.chunks(ROWS_PER_INSERT) {
+                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO {prefix}_daily_activity (day, events, goals_completed, recall_results, exams_scored) "));
+                insert.push_values(chunk, |mut b, (day, row)| {
+                    b.push_bind(day).push_bind(row.events).push_bind(row.goals_completed).push_bind(row.recall_results).push_bind(row.exams_scored);
+                });
+                insert.build().execute(&mut *tx).await?;
             }
             sqlx::query("DELETE FROM projector_checkpoints WHERE projector = $1").bind(projector).execute(&mut *tx).await?;
             sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) VALUES ($1, $2, $3, $4)")
