@@ -18,6 +18,9 @@ pub enum AppError {
     /// The bearer's role may not do this.
     #[error("forbidden")]
     Forbidden,
+    /// A valid access token without the scope this needs.
+    #[error("insufficient scope")]
+    InsufficientScope,
     /// No learning session was given where one is needed.
     #[error("session required")]
     SessionRequired,
@@ -100,6 +103,7 @@ impl AppError {
         match self {
             Self::Unauthorized => "UNAUTHORIZED",
             Self::Forbidden => "FORBIDDEN",
+            Self::InsufficientScope => "INSUFFICIENT_SCOPE",
             Self::SessionRequired => "SESSION_REQUIRED",
             Self::SessionExpired => "SESSION_EXPIRED",
             Self::SessionInvalid => "SESSION_INVALID",
@@ -135,7 +139,7 @@ impl AppError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::Forbidden | Self::InsufficientScope => StatusCode::FORBIDDEN,
             Self::SessionRequired | Self::SessionExpired | Self::SessionInvalid => StatusCode::FORBIDDEN,
             Self::UnknownField { .. } | Self::ForbiddenField | Self::ValidationFailed { .. } | Self::IncompleteAssessments { .. } => {
                 StatusCode::BAD_REQUEST
@@ -168,6 +172,7 @@ impl AppError {
         match self {
             Self::Unauthorized => s("Anmeldung fehlt oder ist ungültig.", "Authentication is missing or invalid."),
             Self::Forbidden => s("Diese Rolle darf das nicht.", "This role may not do that."),
+            Self::InsufficientScope => s("Dem Zugriffstoken fehlt die nötige Berechtigung.", "The access token lacks the needed scope."),
             Self::SessionRequired => s("Es gibt keine gestartete Lernsitzung.", "There is no started learning session."),
             Self::SessionExpired => s("Die Lernsitzung ist abgelaufen.", "The learning session has expired."),
             Self::SessionInvalid => s("Die Lernsitzung ist ungültig.", "The learning session is invalid."),

@@ -4,6 +4,7 @@
 pub mod analytics;
 pub mod identity;
 pub mod journeys;
+pub mod oauth;
 pub mod operator;
 pub mod quota;
 pub mod sessions;

@@ -24,6 +24,8 @@ const OPTION_PURPOSE: &[u8] = b"skillpilot:option:v1";
 const CAPABILITY_PURPOSE: &[u8] = b"skillpilot:capability:v1";
 const SESSION_PURPOSE: &[u8] = b"skillpilot:session:v1";
 const WEB_PURPOSE: &[u8] = b"skillpilot:web:v1";
+const ACCESS_PURPOSE: &[u8] = b"skillpilot:oauth-access:v1";
+const AUTHORIZE_PURPOSE: &[u8] = b"skillpilot:oauth-authorize:v1";
 
 /// What a `learningSessionId` says: which session, until when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,6 +210,26 @@ impl Keys {
     /// Opens the web GUI's sign-in cookie.
     pub fn open_web<T: for<'de> Deserialize<'de>>(&self, token: &str) -> Option<T> {
         self.open(token, WEB_PURPOSE)
+    }
+
+    /// Seals an OAuth access token.
+    pub fn seal_access(&self, claims: &impl Serialize) -> String {
+        self.seal(claims, ACCESS_PURPOSE)
+    }
+
+    /// Opens an OAuth access token (its claims still need checking).
+    pub fn open_access<T: for<'de> Deserialize<'de>>(&self, token: &str) -> Option<T> {
+        self.open(token, ACCESS_PURPOSE)
+    }
+
+    /// Seals a validated authorization request into the consent form.
+    pub fn seal_authorization(&self, claims: &impl Serialize) -> String {
+        self.seal(claims, AUTHORIZE_PURPOSE)
+    }
+
+    /// Opens the authorization request of a consent form.
+    pub fn open_authorization<T: for<'de> Deserialize<'de>>(&self, token: &str) -> Option<T> {
+        self.open(token, AUTHORIZE_PURPOSE)
     }
 
     /// Seals a session id into the opaque `learningSessionId` (fresh nonce each time).

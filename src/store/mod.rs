@@ -4,6 +4,7 @@
 //! else here is plain SQL written once and run on both, since both dialects accept it.
 
 pub mod chain;
+pub mod oauth;
 pub mod projector;
 
 use std::str::FromStr;

@@ -1,0 +1,426 @@
+//! The built-in OAuth 2.1 authorization server and the resource server's token check (MCP
+//! authorization, revisions 2025-06-18 and later): dynamic client registration (RFC 7591),
+//! authorization code with PKCE S256 only, exact redirect-URI matching, resource indicators
+//! (RFC 8707) as the audience, short-lived access tokens (PASETO v4.local, sealed with the
+//! capability keys, so every instance checks them without a lookup) and rotating refresh tokens
+//! whose reuse revokes their family. See `docs/adr/0003-built-in-authorization-server.md`.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::identity::{Principal, Role};
+use super::App;
+use crate::error::AppError;
+use crate::store::oauth::{CodeGrant, OAuthClient, RefreshGrant};
+
+/// The scope of the coach tools.
+pub const LEARN_SCOPE: &str = "skillpilot.learn";
+/// Every scope the authorization server grants.
+pub const SCOPES: &[&str] = &[LEARN_SCOPE];
+/// Lifetime of an access token.
+pub const ACCESS_TTL_SECS: i64 = 600;
+/// Lifetime of a refresh token.
+pub const REFRESH_TTL_SECS: i64 = 30 * 24 * 3600;
+/// Lifetime of an authorization code.
+pub const CODE_TTL_SECS: i64 = 60;
+
+/// An OAuth error as RFC 6749 §5.2 names it, with the HTTP status it is sent with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {description}")]
+pub struct OAuthError {
+    /// `error`.
+    pub code: &'static str,
+    /// `error_description` (never echoes input).
+    pub description: &'static str,
+}
+
+fn oauth_error(code: &'static str, description: &'static str) -> OAuthError {
+    OAuthError { code, description }
+}
+
+impl OAuthError {
+    /// The HTTP status of the token and registration endpoints for this error.
+    pub fn status(&self) -> u16 {
+        match self.code {
+            "invalid_client" => 401,
+            "server_error" => 500,
+            _ => 400,
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for OAuthError {
+    fn from(e: crate::store::StoreError) -> Self {
+        tracing::error!(error = %e, "authorization server store error");
+        oauth_error("server_error", "the store is unavailable")
+    }
+}
+
+/// What a client sends to register (RFC 7591 §2); unknown members are ignored as the RFC says.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct RegistrationRequest {
+    /// Redirect URIs (required).
+    #[serde(default)]
+    pub redirect_uris: Vec<String>,
+    /// Display name.
+    pub client_name: Option<String>,
+    /// Requested client authentication at the token endpoint.
+    pub token_endpoint_auth_method: Option<String>,
+    /// Requested grant types.
+    pub grant_types: Option<Vec<String>>,
+    /// Requested response types.
+    pub response_types: Option<Vec<String>>,
+}
+
+/// The registration response (RFC 7591 §3.2.1).
+#[derive(Clone, Debug, Serialize)]
+pub struct Registration {
+    /// Issued client id.
+    pub client_id: String,
+    /// When, epoch seconds.
+    pub client_id_issued_at: i64,
+    /// Name.
+    pub client_name: String,
+    /// Redirect URIs, as registered.
+    pub redirect_uris: Vec<String>,
+    /// Always `none`: every client is public and proves itself with PKCE.
+    pub token_endpoint_auth_method: &'static str,
+    /// Grant types.
+    pub grant_types: [&'static str; 2],
+    /// Response types.
+    pub response_types: [&'static str; 1],
+}
+
+/// A validated authorization request, sealed into the consent form so nothing in it can be
+/// changed between the consent page and the decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthorizationRequest {
+    /// Client.
+    pub client_id: String,
+    /// Its display name.
+    pub client_name: String,
+    /// Exactly one of its registered redirect URIs.
+    pub redirect_uri: String,
+    /// PKCE S256 challenge.
+    pub code_challenge: String,
+    /// Granted scope.
+    pub scope: String,
+    /// The resource (audience).
+    pub resource: String,
+    /// Opaque client state, returned as is.
+    pub state: Option<String>,
+    /// Expiry of the consent form, epoch seconds.
+    pub exp: i64,
+}
+
+/// How a bad authorization request is answered: an error page when the client or redirect URI
+/// cannot be trusted (never a redirect to an unverified URI), else a redirect with `error`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthorizeError {
+    /// Show an error page.
+    Page(&'static str),
+    /// Redirect to the client's (verified) redirect URI with this error.
+    Redirect {
+        /// The verified redirect URI.
+        redirect_uri: String,
+        /// The client's state.
+        state: Option<String>,
+        /// The error.
+        error: OAuthError,
+    },
+}
+
+/// What the token endpoint returns.
+#[derive(Clone, Debug, Serialize)]
+pub struct TokenResponse {
+    /// The access token.
+    pub access_token: String,
+    /// `Bearer`.
+    pub token_type: &'static str,
+    /// Seconds until the access token expires.
+    pub expires_in: i64,
+    /// The next refresh token (the one used is spent).
+    pub refresh_token: String,
+    /// Granted scope.
+    pub scope: String,
+}
+
+/// What an access token says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessClaims {
+    /// Issuer.
+    pub iss: String,
+    /// The learner.
+    pub sub: String,
+    /// The resource it is for.
+    pub aud: String,
+    /// Space-separated scopes.
+    pub scope: String,
+    /// The client it was issued to.
+    pub client_id: String,
+    /// Expiry, epoch seconds.
+    pub exp: i64,
+}
+
+fn random_secret() -> Result<String, OAuthError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|_| oauth_error("server_error", "no randomness"))?;
+    Ok(URL_SAFE_NO_PAD.encode(bytes))
+}
+
+fn hash(secret: &str) -> String {
+    blake3::hash(secret.as_bytes()).to_hex().to_string()
+}
+
+/// `BASE64URL(SHA-256(verifier)) == challenge` (RFC 7636 §4.6), verifier 43–128 unreserved characters.
+pub fn pkce_matches(verifier: &str, challenge: &str) -> bool {
+    let well_formed = (43..=128).contains(&verifier.len())
+        && verifier.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
+    well_formed && URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes())) == challenge
+}
+
+/// A redirect URI a client may register: absolute, no fragment, https — or http on a loopback
+/// host (native and development clients, RFC 8252 §7.3).
+fn acceptable_redirect(uri: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(uri) else { return false };
+    if url.fragment().is_some() || url.cannot_be_a_base() {
+        return false;
+    }
+    match url.scheme() {
+        "https" => true,
+        "http" => matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]")),
+        _ => false,
+    }
+}
+
+/// The granted scope for a requested one: unknown scopes are refused, none means the default.
+fn granted_scope(requested: Option<&str>) -> Result<String, OAuthError> {
+    let requested: Vec<&str> = requested.unwrap_or("").split_whitespace().collect();
+    if requested.is_empty() {
+        return Ok(LEARN_SCOPE.to_owned());
+    }
+    if requested.iter().any(|s| !SCOPES.contains(s)) {
+        return Err(oauth_error("invalid_scope", "a requested scope is not offered"));
+    }
+    Ok(requested.join(" "))
+}
+
+impl App {
+    /// The issuer identifier (and base URL) of the built-in authorization server.
+    pub fn oauth_issuer(&self) -> String {
+        self.settings.public_url.trim_end_matches('/').to_owned()
+    }
+
+    /// The protected resource: the MCP endpoint's URL, the audience of every access token.
+    pub fn mcp_resource(&self) -> String {
+        format!("{}/mcp", self.oauth_issuer())
+    }
+
+    /// Dynamic client registration (RFC 7591).
+    pub async fn register_client(&self, request: RegistrationRequest) -> Result<Registration, OAuthError> {
+        if request.redirect_uris.is_empty() || request.redirect_uris.len() > 10 {
+            return Err(oauth_error("invalid_redirect_uri", "one to ten redirect_uris are required"));
+        }
+        if !request.redirect_uris.iter().all(|u| u.len() <= 2000 && acceptable_redirect(u)) {
+            return Err(oauth_error(
+                "invalid_redirect_uri",
+                "redirect URIs must be absolute https URIs (http only on loopback) without fragment",
+            ));
+        }
+        if request.grant_types.as_ref().is_some_and(|g| g.iter().any(|g| g != "authorization_code" && g != "refresh_token")) {
+            return Err(oauth_error("invalid_client_metadata", "only authorization_code and refresh_token are offered"));
+        }
+        if request.response_types.as_ref().is_some_and(|r| r.iter().any(|r| r != "code")) {
+            return Err(oauth_error("invalid_client_metadata", "only the code response type is offered"));
+        }
+        let name: String = request.client_name.unwrap_or_default().chars().filter(|c| !c.is_control()).take(100).collect();
+        let client = OAuthClient {
+            client_id: uuid::Uuid::new_v4().to_string(),
+            client_name: if name.trim().is_empty() { "MCP client".to_owned() } else { name },
+            redirect_uris: request.redirect_uris,
+        };
+        let now = self.clock.now();
+        self.store.insert_oauth_client(&client, now.timestamp_millis()).await?;
+        Ok(Registration {
+            client_id: client.client_id,
+            client_id_issued_at: now.timestamp(),
+            client_name: client.client_name,
+            redirect_uris: client.redirect_uris,
+            token_endpoint_auth_method: "none",
+            grant_types: ["authorization_code", "refresh_token"],
+            response_types: ["code"],
+        })
+    }
+
+    /// Validates an authorization request's parameters.
+    pub async fn check_authorization(
+        &self,
+        params: &std::collections::HashMap<String, String>,
+    ) -> Result<AuthorizationRequest, AuthorizeError> {
+        let get = |k: &str| params.get(k).map(String::as_str).filter(|v| !v.is_empty());
+        let client_id = get("client_id").ok_or(AuthorizeError::Page("client_id is missing"))?;
+        let client = match self.store.oauth_client(client_id).await {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err(AuthorizeError::Page("the client is not registered")),
+            Err(_) => return Err(AuthorizeError::Page("the store is unavailable")),
+        };
+        let redirect_uri = match get("redirect_uri") {
+            Some(uri) if client.redirect_uris.iter().any(|r| r == uri) => uri.to_owned(),
+            Some(_) => return Err(AuthorizeError::Page("redirect_uri does not match a registered one exactly")),
+            None => return Err(AuthorizeError::Page("redirect_uri is missing")),
+        };
+        let state = get("state").map(str::to_owned);
+        let fail = |error: OAuthError| AuthorizeError::Redirect { redirect_uri: redirect_uri.clone(), state: state.clone(), error };
+        if get("response_type") != Some("code") {
+            return Err(fail(oauth_error("unsupported_response_type", "only response_type=code is offered")));
+        }
+        let challenge = get("code_challenge").ok_or_else(|| fail(oauth_error("invalid_request", "code_challenge is required (PKCE)")))?;
+        if get("code_challenge_method") != Some("S256") || challenge.len() != 43 {
+            return Err(fail(oauth_error("invalid_request", "PKCE with code_challenge_method=S256 is required")));
+        }
+        let resource = self.mcp_resource();
+        if get("resource").is_some_and(|r| r.trim_end_matches('/') != resource) {
+            return Err(fail(oauth_error("invalid_target", "tokens are only issued for this server's MCP endpoint")));
+        }
+        let scope = granted_scope(get("scope")).map_err(fail)?;
+        Ok(AuthorizationRequest {
+            client_id: client.client_id,
+            client_name: client.client_name,
+            redirect_uri: redirect_uri.clone(),
+            code_challenge: challenge.to_owned(),
+            scope,
+            resource,
+            state,
+            exp: self.clock.now().timestamp() + 600,
+        })
+    }
+
+    /// Issues a single-use authorization code for a consented request; returns the code.
+    pub async fn issue_code(&self, request: &AuthorizationRequest, learner_id: &str) -> Result<String, OAuthError> {
+        let code = random_secret()?;
+        let grant = CodeGrant {
+            client_id: request.client_id.clone(),
+            learner_id: learner_id.to_owned(),
+            redirect_uri: request.redirect_uri.clone(),
+            code_challenge: request.code_challenge.clone(),
+            scope: request.scope.clone(),
+            resource: request.resource.clone(),
+            expires_ms: (self.clock.now() + chrono::Duration::seconds(CODE_TTL_SECS)).timestamp_millis(),
+        };
+        self.store.insert_oauth_code(&hash(&code), &grant).await?;
+        Ok(code)
+    }
+
+    /// The token endpoint's `authorization_code` grant.
+    pub async fn exchange_code(
+        &self,
+        code: &str,
+        client_id: &str,
+        redirect_uri: &str,
+        verifier: &str,
+        resource: Option<&str>,
+    ) -> Result<TokenResponse, OAuthError> {
+        let now = self.clock.now();
+        let invalid = || oauth_error("invalid_grant", "the authorization code is invalid, expired, used, or was issued to another client");
+        let code_hash = hash(code);
+        let replayed = || async {
+            // A code presented twice was stolen or replayed: what it produced is revoked too.
+            let revoked = self.store.revoke_refresh_family(&code_hash, now.timestamp_millis()).await?;
+            tracing::warn!(revoked, "an authorization code was presented again; its tokens are revoked");
+            Err::<TokenResponse, OAuthError>(invalid())
+        };
+        let grant = match self.store.oauth_code(&code_hash).await? {
+            Some((_, true)) => return replayed().await,
+            Some((grant, false)) => grant,
+            None => return Err(invalid()),
+        };
+        // Checked before the code is spent: a wrong guess by someone else does not burn it.
+        if grant.expires_ms < now.timestamp_millis() || grant.client_id != client_id || grant.redirect_uri != redirect_uri {
+            return Err(invalid());
+        }
+        if !pkce_matches(verifier, &grant.code_challenge) {
+            return Err(oauth_error("invalid_grant", "the code_verifier does not match the code_challenge"));
+        }
+        if resource.is_some_and(|r| r.trim_end_matches('/') != grant.resource) {
+            return Err(oauth_error("invalid_target", "the resource differs from the authorized one"));
+        }
+        if !self.store.claim_oauth_code(&code_hash, now.timestamp_millis()).await? {
+            return replayed().await;
+        }
+        self.issue_tokens(RefreshGrant {
+            family_id: code_hash,
+            client_id: grant.client_id,
+            learner_id: grant.learner_id,
+            scope: grant.scope,
+            resource: grant.resource,
+            expires_ms: 0,
+        })
+        .await
+    }
+
+    /// The token endpoint's `refresh_token` grant: the token is spent and replaced.
+    pub async fn refresh(&self, refresh_token: &str, client_id: &str, resource: Option<&str>) -> Result<TokenResponse, OAuthError> {
+        let now = self.clock.now();
+        let invalid = || oauth_error("invalid_grant", "the refresh token is invalid, expired or already used");
+        let token_hash = hash(refresh_token);
+        let grant = match self.store.refresh_token(&token_hash).await? {
+            Some((grant, true)) => {
+                // A spent refresh token came back: someone holds a copy. The family goes.
+                let revoked = self.store.revoke_refresh_family(&grant.family_id, now.timestamp_millis()).await?;
+                tracing::warn!(revoked, "a spent refresh token was presented again; its family is revoked");
+                return Err(invalid());
+            }
+            Some((grant, false)) => grant,
+            None => return Err(invalid()),
+        };
+        if grant.expires_ms < now.timestamp_millis() || grant.client_id != client_id {
+            return Err(invalid());
+        }
+        if resource.is_some_and(|r| r.trim_end_matches('/') != grant.resource) {
+            return Err(oauth_error("invalid_target", "the resource differs from the authorized one"));
+        }
+        if !self.store.claim_refresh_token(&token_hash, now.timestamp_millis()).await? {
+            let revoked = self.store.revoke_refresh_family(&grant.family_id, now.timestamp_millis()).await?;
+            tracing::warn!(revoked, "a refresh token was spent twice at once; its family is revoked");
+            return Err(invalid());
+        }
+        self.issue_tokens(grant).await
+    }
+
+    async fn issue_tokens(&self, grant: RefreshGrant) -> Result<TokenResponse, OAuthError> {
+        let now = self.clock.now();
+        let claims = AccessClaims {
+            iss: self.oauth_issuer(),
+            sub: grant.learner_id.clone(),
+            aud: grant.resource.clone(),
+            scope: grant.scope.clone(),
+            client_id: grant.client_id.clone(),
+            exp: now.timestamp() + ACCESS_TTL_SECS,
+        };
+        let access_token = self.keys.seal_access(&claims);
+        if access_token.is_empty() {
+            return Err(oauth_error("server_error", "cannot seal the access token"));
+        }
+        let refresh_token = random_secret()?;
+        let scope = grant.scope.clone();
+        let next = RefreshGrant { expires_ms: (now + chrono::Duration::seconds(REFRESH_TTL_SECS)).timestamp_millis(), ..grant };
+        self.store.insert_refresh_token(&hash(&refresh_token), &next).await?;
+        Ok(TokenResponse { access_token, token_type: "Bearer", expires_in: ACCESS_TTL_SECS, refresh_token, scope })
+    }
+
+    /// The resource server's check of an OAuth access token: sealed by us, unexpired, issued
+    /// for this resource and carrying the learn scope. A valid token without the scope is
+    /// `InsufficientScope` (403), anything else `Unauthorized` (401).
+    pub fn authenticate_access(&self, token: &str) -> Result<Principal, AppError> {
+        let claims: AccessClaims = self.keys.open_access(token).ok_or(AppError::Unauthorized)?;
+        if claims.iss != self.oauth_issuer() || claims.aud != self.mcp_resource() || claims.exp <= self.clock.now().timestamp() {
+            return Err(AppError::Unauthorized);
+        }
+        if !claims.scope.split_whitespace().any(|s| s == LEARN_SCOPE) {
+            return Err(AppError::InsufficientScope);
+        }
+        Ok(Principal { role: Role::Learner, learner_id: Some(claims.sub) })
+    }
+}

@@ -1,0 +1,233 @@
+//! Storage of the built-in authorization server: clients, single-use authorization codes and
+//! rotating refresh tokens. Codes and tokens arrive here already hashed; "single use" is one
+//! conditional `UPDATE`, so two concurrent redemptions cannot both succeed.
+
+use sqlx::Row;
+
+use super::{on_pool, Store, StoreError};
+
+/// A registered client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OAuthClient {
+    /// Its id.
+    pub client_id: String,
+    /// Display name for the consent page.
+    pub client_name: String,
+    /// Registered redirect URIs, matched exactly.
+    pub redirect_uris: Vec<String>,
+}
+
+/// What an authorization code was issued for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeGrant {
+    /// Client.
+    pub client_id: String,
+    /// The learner who consented.
+    pub learner_id: String,
+    /// The redirect URI of the authorization request.
+    pub redirect_uri: String,
+    /// PKCE S256 challenge.
+    pub code_challenge: String,
+    /// Granted scope (space-separated).
+    pub scope: String,
+    /// The resource (audience) the tokens are for.
+    pub resource: String,
+    /// Expiry, epoch milliseconds.
+    pub expires_ms: i64,
+}
+
+/// A refresh token's record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefreshGrant {
+    /// The rotation family (all tokens descending from one authorization code).
+    pub family_id: String,
+    /// Client.
+    pub client_id: String,
+    /// Learner.
+    pub learner_id: String,
+    /// Scope.
+    pub scope: String,
+    /// Resource.
+    pub resource: String,
+    /// Expiry, epoch milliseconds.
+    pub expires_ms: i64,
+}
+
+impl Store {
+    /// Registers a client.
+    pub async fn insert_oauth_client(&self, client: &OAuthClient, now_ms: i64) -> Result<(), StoreError> {
+        let uris = serde_json::to_string(&client.redirect_uris).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            sqlx::query("INSERT INTO oauth_clients (client_id, client_name, redirect_uris, created_ms) VALUES ($1, $2, $3, $4)")
+                .bind(&client.client_id)
+                .bind(&client.client_name)
+                .bind(uris)
+                .bind(now_ms)
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// A registered client.
+    pub async fn oauth_client(&self, client_id: &str) -> Result<Option<OAuthClient>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query("SELECT client_id, client_name, redirect_uris FROM oauth_clients WHERE client_id = $1")
+                .bind(client_id)
+                .fetch_optional(pool)
+                .await?;
+            let Some(row) = row else { return Ok(None) };
+            let uris: String = row.try_get("redirect_uris")?;
+            Ok(Some(OAuthClient {
+                client_id: row.try_get("client_id")?,
+                client_name: row.try_get("client_name")?,
+                redirect_uris: serde_json::from_str(&uris).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            }))
+        })
+    }
+
+    /// Stores an authorization code (by hash).
+    pub async fn insert_oauth_code(&self, code_hash: &str, grant: &CodeGrant) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO oauth_codes (code_hash, client_id, learner_id, redirect_uri, code_challenge, scope, resource, expires_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(code_hash)
+            .bind(&grant.client_id)
+            .bind(&grant.learner_id)
+            .bind(&grant.redirect_uri)
+            .bind(&grant.code_challenge)
+            .bind(&grant.scope)
+            .bind(&grant.resource)
+            .bind(grant.expires_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    /// An authorization code's grant and whether it was used already.
+    pub async fn oauth_code(&self, code_hash: &str) -> Result<Option<(CodeGrant, bool)>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT client_id, learner_id, redirect_uri, code_challenge, scope, resource, expires_ms, used_ms FROM oauth_codes WHERE code_hash = $1",
+            )
+            .bind(code_hash)
+            .fetch_optional(pool)
+            .await?;
+            let Some(row) = row else { return Ok(None) };
+            let used: Option<i64> = row.try_get("used_ms")?;
+            Ok(Some((
+                CodeGrant {
+                    client_id: row.try_get("client_id")?,
+                    learner_id: row.try_get("learner_id")?,
+                    redirect_uri: row.try_get("redirect_uri")?,
+                    code_challenge: row.try_get("code_challenge")?,
+                    scope: row.try_get("scope")?,
+                    resource: row.try_get("resource")?,
+                    expires_ms: row.try_get("expires_ms")?,
+                },
+                used.is_some(),
+            )))
+        })
+    }
+
+    /// Marks a code used; false when another redemption was first.
+    pub async fn claim_oauth_code(&self, code_hash: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            Ok(sqlx::query("UPDATE oauth_codes SET used_ms = $2 WHERE code_hash = $1 AND used_ms IS NULL")
+                .bind(code_hash)
+                .bind(now_ms)
+                .execute(pool)
+                .await?
+                .rows_affected()
+                == 1)
+        })
+    }
+
+    /// Stores a refresh token (by hash).
+    pub async fn insert_refresh_token(&self, token_hash: &str, grant: &RefreshGrant) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO oauth_refresh_tokens (token_hash, family_id, client_id, learner_id, scope, resource, expires_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(token_hash)
+            .bind(&grant.family_id)
+            .bind(&grant.client_id)
+            .bind(&grant.learner_id)
+            .bind(&grant.scope)
+            .bind(&grant.resource)
+            .bind(grant.expires_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
+    /// A refresh token's grant and whether it is spent (used or revoked).
+    pub async fn refresh_token(&self, token_hash: &str) -> Result<Option<(RefreshGrant, bool)>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT family_id, client_id, learner_id, scope, resource, expires_ms, used_ms, revoked_ms FROM oauth_refresh_tokens WHERE token_hash = $1",
+            )
+            .bind(token_hash)
+            .fetch_optional(pool)
+            .await?;
+            let Some(row) = row else { return Ok(None) };
+            let used: Option<i64> = row.try_get("used_ms")?;
+            let revoked: Option<i64> = row.try_get("revoked_ms")?;
+            Ok(Some((
+                RefreshGrant {
+                    family_id: row.try_get("family_id")?,
+                    client_id: row.try_get("client_id")?,
+                    learner_id: row.try_get("learner_id")?,
+                    scope: row.try_get("scope")?,
+                    resource: row.try_get("resource")?,
+                    expires_ms: row.try_get("expires_ms")?,
+                },
+                used.is_some() || revoked.is_some(),
+            )))
+        })
+    }
+
+    /// Spends a refresh token (rotation); false when it was spent meanwhile.
+    pub async fn claim_refresh_token(&self, token_hash: &str, now_ms: i64) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            Ok(sqlx::query("UPDATE oauth_refresh_tokens SET used_ms = $2 WHERE token_hash = $1 AND used_ms IS NULL AND revoked_ms IS NULL")
+                .bind(token_hash)
+                .bind(now_ms)
+                .execute(pool)
+                .await?
+                .rows_affected()
+                == 1)
+        })
+    }
+
+    /// Every registered client id (operator view and tests).
+    pub async fn oauth_client_ids(&self) -> Result<Vec<String>, StoreError> {
+        on_pool!(self, pool => {
+            let rows = sqlx::query("SELECT client_id FROM oauth_clients ORDER BY created_ms, client_id").fetch_all(pool).await?;
+            rows.iter().map(|r| r.try_get("client_id").map_err(StoreError::from)).collect()
+        })
+    }
+
+    /// Revokes every refresh token of a family (a replayed code or refresh token).
+    pub async fn revoke_refresh_family(&self, family_id: &str, now_ms: i64) -> Result<u64, StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            Ok(sqlx::query("UPDATE oauth_refresh_tokens SET revoked_ms = $2 WHERE family_id = $1 AND revoked_ms IS NULL")
+                .bind(family_id)
+                .bind(now_ms)
+                .execute(pool)
+                .await?
+                .rows_affected())
+        })
+    }
+}
