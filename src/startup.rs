@@ -29,6 +29,11 @@ impl Application {
         Ok(Self { listener, app })
     }
 
+    /// Serves on a listener bound beforehand (so the public URL can name its port).
+    pub fn on(listener: TcpListener, app: Arc<App>) -> Self {
+        Self { listener, app }
+    }
+
     /// The bound port.
     pub fn port(&self) -> u16 {
         self.listener.local_addr().map(|a| a.port()).unwrap_or(0)

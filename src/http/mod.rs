@@ -3,6 +3,7 @@
 
 mod analytics;
 pub mod auth;
+mod oauth;
 mod operator;
 mod v1;
 
@@ -35,6 +36,11 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/operator/replay", post(operator::replay))
         .route("/v1/analytics", get(analytics::list))
         .route("/v1/analytics/{name}", get(analytics::view))
+        .route("/.well-known/oauth-protected-resource", get(oauth::protected_resource))
+        .route("/.well-known/oauth-protected-resource/mcp", get(oauth::protected_resource))
+        .route("/.well-known/oauth-authorization-server", get(oauth::authorization_server))
+        .route("/oauth/register", post(oauth::register))
+        .route("/oauth/token", post(oauth::token))
         .with_state(app)
         .merge(mcp)
         .merge(crate::web::router(app_for_web))

@@ -258,15 +258,33 @@ async fn require_learner(State(app): State<Arc<App>>, mut request: Request, next
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .map(str::to_owned);
-    let Some(token) = token else { return AppError::Unauthorized.into_response() };
+    let Some(token) = token else { return challenge(&app, AppError::Unauthorized) };
     match app.authenticate(&token).await {
         Ok(principal) if principal.role == Role::Learner => {
             request.extensions_mut().insert(principal);
             next.run(request).await
         }
         Ok(_) => AppError::Forbidden.into_response(),
+        Err(e @ (AppError::Unauthorized | AppError::InsufficientScope)) => challenge(&app, e),
         Err(e) => e.into_response(),
     }
+}
+
+/// 401 and 403 of the MCP endpoint as the MCP authorization spec wants them: the
+/// `WWW-Authenticate` challenge names the protected-resource metadata and the scope, so a client
+/// can discover the authorization server (RFC 9728 §5.1) or step up its scope.
+fn challenge(app: &App, error: AppError) -> Response {
+    let metadata = format!("{}/.well-known/oauth-protected-resource/mcp", app.oauth_issuer());
+    let scope = crate::app::oauth::LEARN_SCOPE;
+    let value = match error {
+        AppError::InsufficientScope => format!("Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{metadata}\""),
+        _ => format!("Bearer resource_metadata=\"{metadata}\", scope=\"{scope}\""),
+    };
+    let mut response = error.into_response();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+        response.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, v);
+    }
+    response
 }
 
 /// The `/mcp` router.

@@ -6,6 +6,7 @@
 //! services as the JSON API.
 
 mod graph;
+mod oauth;
 mod text;
 
 use std::collections::HashMap;
@@ -39,6 +40,7 @@ fn templates() -> Environment<'static> {
         ("progress.html", include_str!("templates/progress.html")),
         ("operator.html", include_str!("templates/operator.html")),
         ("message.html", include_str!("templates/message.html")),
+        ("authorize.html", include_str!("templates/authorize.html")),
     ] {
         if let Err(e) = env.add_template(name, source) {
             tracing::error!(template = name, error = %e, "web template does not compile");
@@ -57,6 +59,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/progress", get(progress))
         .route("/operator", get(operator))
         .route("/operator/audit", post(operator_audit))
+        .route("/oauth/authorize", get(oauth::authorize).post(oauth::decide))
         .with_state(state)
 }
 
@@ -198,11 +201,14 @@ async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Fo
     if !web.csrf_ok(&headers, &form) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
+    // Only our own pages, never an address a form could smuggle in.
     let next = match form.get("next").map(String::as_str) {
-        Some("/progress") => "/progress",
-        Some("/operator") => "/operator",
-        _ => "/start",
+        Some("/progress") => "/progress".to_owned(),
+        Some("/operator") => "/operator".to_owned(),
+        Some(back) if back.starts_with("/oauth/authorize?") => back.to_owned(),
+        _ => "/start".to_owned(),
     };
+    let next = next.as_str();
     let token = form.get("token").map(|s| s.trim()).unwrap_or_default();
     let principal = match web.app.authenticate(token).await {
         Ok(p) => p,
@@ -214,7 +220,8 @@ async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Fo
         exp: (web.app.clock.now() + chrono::Duration::hours(12)).timestamp(),
     };
     let sealed = web.app.keys.seal_web(&claims);
-    let mut response = Redirect::to(&format!("{next}?lang={lang}")).into_response();
+    let target = if next.contains('?') { next.to_owned() } else { format!("{next}?lang={lang}") };
+    let mut response = Redirect::to(&target).into_response();
     if let Ok(v) =
         header::HeaderValue::from_str(&format!("{SESSION_COOKIE}={sealed}; Path=/; HttpOnly; SameSite=Lax; Max-Age=43200{}", web.secure()))
     {

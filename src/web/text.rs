@@ -58,6 +58,13 @@ pub struct Texts {
     pub learners_only: &'static str,
     pub error_title: &'static str,
     pub store_unavailable: &'static str,
+    pub consent_title: &'static str,
+    pub consent_intro: &'static str,
+    pub consent_scope: &'static str,
+    pub consent_never: &'static str,
+    pub allow: &'static str,
+    pub deny: &'static str,
+    pub oauth_failed: &'static str,
 }
 
 const DE: Texts = Texts {
@@ -114,6 +121,13 @@ const DE: Texts = Texts {
     learners_only: "Diese Seite ist nur für Lernende.",
     error_title: "Fehler",
     store_unavailable: "Der Speicher ist gerade nicht erreichbar. Bitte versuche es gleich noch einmal.",
+    consent_title: "Zugriff erlauben",
+    consent_intro: "möchte als dein Lerncoach auf SkillPilot zugreifen.",
+    consent_scope: "Es darf deinen Lernstand lesen und deine Lernschritte speichern (Ziele abschließen, Abfragen und Prüfungen führen).",
+    consent_never: "Es sieht deinen Zugangsschlüssel nicht und kann nichts außerhalb deines Lernplans tun.",
+    allow: "Erlauben",
+    deny: "Ablehnen",
+    oauth_failed: "Die Anfrage zur Anmeldung ist ungültig:",
 };
 
 const EN: Texts = Texts {
@@ -170,6 +184,13 @@ const EN: Texts = Texts {
     learners_only: "This page is for learners only.",
     error_title: "Error",
     store_unavailable: "Storage is unavailable right now. Please try again in a moment.",
+    consent_title: "Allow access",
+    consent_intro: "wants to access SkillPilot as your learning coach.",
+    consent_scope: "It may read your learning state and store your learning steps (complete goals, run recall and exams).",
+    consent_never: "It never sees your access key and cannot do anything outside your curriculum.",
+    allow: "Allow",
+    deny: "Deny",
+    oauth_failed: "The sign-in request is not valid:",
 };
 
 /// The texts of a language (`en` or German).

@@ -86,13 +86,16 @@ pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) ->
     let clock = Arc::new(ManualClock::at(t0()));
     let keys_spec = Keys::generate_spec().unwrap();
     let mut settings = Settings::for_db(DbUrl::parse(&db_url));
+    // Bound first, so the public URL (OAuth issuer and resource) names the real port.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
     settings.addr = "127.0.0.1:0".into();
+    settings.public_url = base_url.clone();
     settings.content_dir = content_dir();
     settings.capability_keys = Some(keys_spec.clone());
     adjust(&mut settings);
     let app = App::build(settings, clock.clone()).await.unwrap();
-    let service = Application::build(app.clone()).await.unwrap();
-    let base_url = format!("http://127.0.0.1:{}", service.port());
+    let service = Application::on(listener, app.clone());
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(service.run_until(async move {
         rx.await.ok();
