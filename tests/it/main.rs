@@ -11,6 +11,7 @@ mod http;
 mod limits;
 mod mcp_contract;
 mod mcp_journeys;
+mod oauth;
 mod registry;
 mod store;
 mod web;

@@ -1,0 +1,332 @@
+//! OAuth 2.1 for the MCP endpoint: discovery exactly as the MCP authorization spec says, the
+//! official Python SDK's OAuth client provider through the built-in authorization server (the
+//! proof), and the refusals — code reuse, wrong PKCE verifier, redirect-URI mismatch, expired,
+//! tampered, foreign-audience and under-scoped tokens, refresh-token reuse after rotation —
+//! each with its status and nothing changed.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use skillpilot::app::oauth::{AccessClaims, LEARN_SCOPE};
+use skillpilot::app::sessions::StartSession;
+
+use crate::both_stores;
+use crate::helpers::TestApp;
+use crate::mcp_contract::rpc;
+
+const REDIRECT: &str = "http://127.0.0.1:9/callback";
+
+fn python() -> PathBuf {
+    std::env::var("SKILLPILOT_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/pyenv/bin/python"))
+}
+
+fn pkce() -> (String, String) {
+    let verifier = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    (verifier, challenge)
+}
+
+/// Registers a client over HTTP; returns its id.
+async fn register(t: &TestApp) -> String {
+    let r = t
+        .http
+        .post(format!("{}/oauth/register", t.base_url))
+        .json(&json!({"client_name": "Test coach", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["token_endpoint_auth_method"], "none");
+    body["client_id"].as_str().unwrap().to_owned()
+}
+
+/// A learner with a started session who consents: the application service the consent page
+/// posts to issues the code (the page itself is driven by the SDK proof).
+async fn consented_code(t: &TestApp, client_id: &str, challenge: &str) -> (String, String) {
+    let token = t.learner("Ada").await;
+    let principal = t.principal(&token).await;
+    t.app.start_session(&principal, StartSession::default()).await.unwrap();
+    let params: HashMap<String, String> = [
+        ("response_type", "code"),
+        ("client_id", client_id),
+        ("redirect_uri", REDIRECT),
+        ("code_challenge", challenge),
+        ("code_challenge_method", "S256"),
+        ("state", "s1"),
+        ("resource", &format!("{}/mcp", t.base_url)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let request = t.app.check_authorization(&params).await.unwrap();
+    let code = t.app.issue_code(&request, principal.learner_id.as_deref().unwrap()).await.unwrap();
+    (code, token)
+}
+
+async fn token_request(t: &TestApp, form: &[(&str, &str)]) -> (u16, Value) {
+    let r = t.http.post(format!("{}/oauth/token", t.base_url)).form(form).send().await.unwrap();
+    let status = r.status().as_u16();
+    assert_eq!(r.headers().get("cache-control").map(|v| v.to_str().unwrap()), Some("no-store"));
+    (status, r.json().await.unwrap())
+}
+
+async fn exchange(t: &TestApp, client_id: &str, code: &str, verifier: &str) -> (u16, Value) {
+    token_request(
+        t,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT),
+            ("code_verifier", verifier),
+        ],
+    )
+    .await
+}
+
+async fn refresh(t: &TestApp, client_id: &str, refresh_token: &str) -> (u16, Value) {
+    token_request(t, &[("grant_type", "refresh_token"), ("refresh_token", refresh_token), ("client_id", client_id)]).await
+}
+
+/// `tools/list` with a bearer: its status and `WWW-Authenticate`.
+async fn mcp_status(t: &TestApp, bearer: Option<&str>) -> (u16, String) {
+    let r = rpc(t, bearer, "tools/list", json!({})).await;
+    let challenge = r.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    (r.status().as_u16(), challenge)
+}
+
+async fn discovery_answers_as_the_mcp_authorization_spec_says(t: Arc<TestApp>) {
+    let (status, challenge) = mcp_status(&t, None).await;
+    assert_eq!(status, 401);
+    let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", t.base_url);
+    assert_eq!(challenge, format!("Bearer resource_metadata=\"{metadata_url}\", scope=\"{LEARN_SCOPE}\""));
+    for url in [metadata_url, format!("{}/.well-known/oauth-protected-resource", t.base_url)] {
+        let prm: Value = t.http.get(url).send().await.unwrap().json().await.unwrap();
+        assert_eq!(prm["resource"], format!("{}/mcp", t.base_url));
+        assert_eq!(prm["authorization_servers"], json!([t.base_url]));
+        assert_eq!(prm["scopes_supported"], json!([LEARN_SCOPE]));
+    }
+    let asm: Value =
+        t.http.get(format!("{}/.well-known/oauth-authorization-server", t.base_url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(asm["issuer"], t.base_url.as_str());
+    assert_eq!(asm["authorization_endpoint"], format!("{}/oauth/authorize", t.base_url));
+    assert_eq!(asm["token_endpoint"], format!("{}/oauth/token", t.base_url));
+    assert_eq!(asm["registration_endpoint"], format!("{}/oauth/register", t.base_url));
+    assert_eq!(asm["code_challenge_methods_supported"], json!(["S256"]));
+    assert_eq!(asm["token_endpoint_auth_methods_supported"], json!(["none"]));
+    // Registration refuses what it cannot honour.
+    for bad in [
+        json!({"redirect_uris": []}),
+        json!({"redirect_uris": ["http://evil.example/cb"]}),
+        json!({"redirect_uris": ["https://ok.example/cb#frag"]}),
+        json!({"redirect_uris": [REDIRECT], "grant_types": ["client_credentials"]}),
+    ] {
+        let r = t.http.post(format!("{}/oauth/register", t.base_url)).json(&bad).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+        let body: Value = r.json().await.unwrap();
+        assert!(body["error"].as_str().unwrap().starts_with("invalid_"), "{body}");
+    }
+}
+
+async fn the_official_sdk_connects_through_the_built_in_authorization_server(t: Arc<TestApp>) {
+    let key = t.learner("Ada").await;
+    let principal = t.principal(&key).await;
+    t.app.start_session(&principal, StartSession { time_zone: Some("Europe/Berlin".into()), ..Default::default() }).await.unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/oauth.py");
+    let python = python();
+    assert!(python.exists(), "the Python MCP SDK is needed: run scripts/test, which installs it into target/pyenv");
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .args(["--url", &format!("{}/mcp", t.base_url), "--sign-in-key", &key])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "the SDK's OAuth flow failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["pages"], json!(["sign-in", "consent"]));
+    assert_eq!(seen["registered"], true);
+    assert_eq!(seen["scope"], LEARN_SCOPE);
+    assert_eq!(seen["calls"].as_array().unwrap().len(), 8, "golden journey a over OAuth: {seen}");
+    assert_eq!(seen["refreshed"], true);
+    // The journey ran on the signed-in learner's own journey.
+    let journey = t.app.gate(&principal).await.unwrap().row.journey_id;
+    assert!(t.app.load_journey(&journey).await.unwrap().state.version > 2);
+    // The refresh token the SDK spent is refused, and its family with it.
+    let client_id = {
+        let clients = t.app.store.oauth_client_ids().await.unwrap();
+        assert_eq!(clients.len(), 1);
+        clients[0].clone()
+    };
+    let (status, body) = refresh(&t, &client_id, seen["spent_refresh_token"].as_str().unwrap()).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")));
+}
+
+async fn codes_are_single_use_and_bound_to_client_redirect_and_verifier(t: Arc<TestApp>) {
+    let client_id = register(&t).await;
+    let other_client = register(&t).await;
+    let (verifier, challenge) = pkce();
+    let (code, _) = consented_code(&t, &client_id, &challenge).await;
+    let heads = t.app.store.stream_heads().await.unwrap();
+
+    // Wrong verifier, other client, other redirect URI: refused, and the code survives them.
+    let (status, body) = exchange(&t, &client_id, &code, &pkce().0).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")));
+    let (status, _) = exchange(&t, &other_client, &code, &verifier).await;
+    assert_eq!(status, 400);
+    let (status, _) = token_request(
+        &t,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("client_id", &client_id),
+            ("redirect_uri", "http://127.0.0.1:9/other"),
+            ("code_verifier", &verifier),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, tokens) = exchange(&t, &client_id, &code, &verifier).await;
+    assert_eq!(status, 200, "{tokens}");
+    assert_eq!(tokens["token_type"], "Bearer");
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(mcp_status(&t, Some(access)).await.0, 200);
+
+    // The same code again: refused, and the tokens it produced are revoked.
+    let (status, body) = exchange(&t, &client_id, &code, &verifier).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")));
+    let (status, _) = refresh(&t, &client_id, tokens["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 400, "a replayed code revokes its refresh tokens");
+    assert_eq!(t.app.store.stream_heads().await.unwrap(), heads, "no event was written");
+}
+
+async fn the_authorization_endpoint_never_redirects_to_an_unregistered_uri(t: Arc<TestApp>) {
+    let client_id = register(&t).await;
+    let (_, challenge) = pkce();
+    let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let authorize = |redirect: &str, extra: &[(&str, &str)]| {
+        let mut q: Vec<(String, String)> = vec![
+            ("response_type".into(), "code".into()),
+            ("client_id".into(), client_id.clone()),
+            ("redirect_uri".into(), redirect.into()),
+            ("code_challenge".into(), challenge.clone()),
+            ("code_challenge_method".into(), "S256".into()),
+            ("state".into(), "xyz".into()),
+        ];
+        for (k, v) in extra {
+            q.retain(|(key, _)| key != k);
+            q.push(((*k).into(), (*v).into()));
+        }
+        no_redirects.get(format!("{}/oauth/authorize", t.base_url)).query(&q).send()
+    };
+    // A redirect URI that is not registered exactly: an error page, no redirect.
+    for uri in ["http://127.0.0.1:9/callback/", "http://127.0.0.1:9/callback?x=1", "https://evil.example/callback"] {
+        let r = authorize(uri, &[]).await.unwrap();
+        assert_eq!(r.status(), 400, "{uri}");
+        assert!(r.headers().get("location").is_none(), "{uri}");
+    }
+    let r = authorize(REDIRECT, &[("client_id", "nobody")]).await.unwrap();
+    assert_eq!(r.status(), 400);
+    // With a verified redirect URI, errors go back to the client.
+    for (extra, error) in [
+        (vec![("code_challenge_method", "plain")], "invalid_request"),
+        (vec![("code_challenge", "")], "invalid_request"),
+        (vec![("response_type", "token")], "unsupported_response_type"),
+        (vec![("resource", "https://other.example/mcp")], "invalid_target"),
+        (vec![("scope", "admin")], "invalid_scope"),
+    ] {
+        let r = authorize(REDIRECT, &extra).await.unwrap();
+        assert_eq!(r.status(), 303, "{extra:?}");
+        let location = r.headers()["location"].to_str().unwrap().to_owned();
+        assert!(location.starts_with(&format!("{REDIRECT}?error={error}")), "{location}");
+        assert!(location.ends_with("&state=xyz"), "{location}");
+    }
+    // A valid request without a signed-in learner shows the sign-in page.
+    let r = authorize(REDIRECT, &[]).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("action=\"/sign-in\""));
+}
+
+async fn expired_tampered_foreign_and_underscoped_tokens_are_refused(t: Arc<TestApp>) {
+    let client_id = register(&t).await;
+    let (verifier, challenge) = pkce();
+    let (code, _) = consented_code(&t, &client_id, &challenge).await;
+    let (_, tokens) = exchange(&t, &client_id, &code, &verifier).await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    let audit_before = t.app.store.tool_calls().await.unwrap().len();
+    assert_eq!(mcp_status(&t, Some(&access)).await.0, 200);
+
+    // Tampered: one character changed.
+    let mut tampered = access.clone().into_bytes();
+    let i = tampered.len() - 5;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let (status, challenge_header) = mcp_status(&t, Some(&String::from_utf8(tampered).unwrap())).await;
+    assert_eq!(status, 401);
+    assert!(challenge_header.contains("resource_metadata="), "{challenge_header}");
+
+    // Sealed by us but for another resource, or without the learn scope.
+    let learner = t.app.authenticate(&access).await.unwrap().learner_id.unwrap();
+    let claims = |aud: String, scope: &str| AccessClaims {
+        iss: t.base_url.clone(),
+        sub: learner.clone(),
+        aud,
+        scope: scope.to_owned(),
+        client_id: client_id.clone(),
+        exp: t.app.clock.now().timestamp() + 300,
+    };
+    let foreign = t.app.keys.seal_access(&claims("https://other.example/mcp".into(), LEARN_SCOPE));
+    assert_eq!(mcp_status(&t, Some(&foreign)).await.0, 401);
+    let underscoped = t.app.keys.seal_access(&claims(format!("{}/mcp", t.base_url), "profile"));
+    let (status, challenge_header) = mcp_status(&t, Some(&underscoped)).await;
+    assert_eq!(status, 403);
+    assert!(challenge_header.starts_with("Bearer error=\"insufficient_scope\""), "{challenge_header}");
+    assert!(challenge_header.contains(&format!("scope=\"{LEARN_SCOPE}\"")), "{challenge_header}");
+
+    // Expired: ten minutes and a second later.
+    t.clock.advance(chrono::Duration::seconds(601));
+    assert_eq!(mcp_status(&t, Some(&access)).await.0, 401);
+    // None of the refused calls reached a tool.
+    assert_eq!(t.app.store.tool_calls().await.unwrap().len(), audit_before);
+    // A development token keeps working beside OAuth.
+    let dev = t.learner("Dev").await;
+    assert_eq!(mcp_status(&t, Some(&dev)).await.0, 200);
+}
+
+async fn a_refresh_token_works_once_and_its_reuse_revokes_the_family(t: Arc<TestApp>) {
+    let client_id = register(&t).await;
+    let (verifier, challenge) = pkce();
+    let (code, _) = consented_code(&t, &client_id, &challenge).await;
+    let (_, first) = exchange(&t, &client_id, &code, &verifier).await;
+    let spent = first["refresh_token"].as_str().unwrap().to_owned();
+    let (status, second) = refresh(&t, &client_id, &spent).await;
+    assert_eq!(status, 200, "{second}");
+    assert_ne!(second["refresh_token"], first["refresh_token"], "rotated");
+    assert_eq!(mcp_status(&t, second["access_token"].as_str()).await.0, 200);
+    // Another client cannot use it.
+    let other = register(&t).await;
+    let (status, _) = refresh(&t, &other, second["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 400);
+    // Reuse of the spent one: refused, and the current one is revoked with it.
+    let (status, body) = refresh(&t, &client_id, &spent).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_grant")));
+    let (status, _) = refresh(&t, &client_id, second["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 400, "the family is revoked");
+    let (status, body) = token_request(&t, &[("grant_type", "password"), ("username", "a")]).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("unsupported_grant_type")));
+}
+
+both_stores!(
+    discovery_answers_as_the_mcp_authorization_spec_says,
+    the_official_sdk_connects_through_the_built_in_authorization_server,
+    codes_are_single_use_and_bound_to_client_redirect_and_verifier,
+    the_authorization_endpoint_never_redirects_to_an_unregistered_uri,
+    expired_tampered_foreign_and_underscoped_tokens_are_refused,
+    a_refresh_token_works_once_and_its_reuse_revokes_the_family,
+);
