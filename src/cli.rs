@@ -30,7 +30,8 @@ pub struct Cli {
     #[arg(long = "content", global = true, env = "SKILLPILOT_CONTENT", default_value = "content")]
     content: PathBuf,
     /// A TOML config file (keys: db, addr, public_url, content, default_locale, allowed_hosts,
-    /// allowed_origins, capability_keys, max_body_bytes, client_timeout_secs); flags and environment variables take precedence.
+    /// allowed_origins, capability_keys, max_body_bytes, client_timeout_secs, oauth_issuer,
+    /// oauth_jwks, oauth_audience); flags and environment variables take precedence.
     #[arg(long, global = true, env = "SKILLPILOT_CONFIG")]
     config: Option<PathBuf>,
     #[command(subcommand)]
@@ -62,6 +63,16 @@ enum Command {
         /// Seconds a client has to send its request headers, and then its body.
         #[arg(long, env = "SKILLPILOT_CLIENT_TIMEOUT_SECS", default_value_t = 30)]
         client_timeout_secs: u64,
+        /// Accept JWT access tokens of this external identity provider (its issuer identifier)
+        /// instead of running the built-in authorization server; needs --oauth-jwks.
+        #[arg(long, env = "SKILLPILOT_OAUTH_ISSUER", requires = "oauth_jwks")]
+        oauth_issuer: Option<String>,
+        /// The provider's JWKS: an https URL or a local file.
+        #[arg(long, env = "SKILLPILOT_OAUTH_JWKS", requires = "oauth_issuer")]
+        oauth_jwks: Option<String>,
+        /// The audience its tokens carry (default: this server's `<public-url>/mcp`).
+        #[arg(long, env = "SKILLPILOT_OAUTH_AUDIENCE")]
+        oauth_audience: Option<String>,
     },
     /// Apply the migrations and exit.
     Migrate,
@@ -273,7 +284,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             println!("migrations applied ({})", store.kind());
             Ok(0)
         }
-        Command::Serve { addr, public_url, default_locale, allowed_hosts, allowed_origins, max_body_bytes, client_timeout_secs } => {
+        Command::Serve {
+            addr,
+            public_url,
+            default_locale,
+            allowed_hosts,
+            allowed_origins,
+            max_body_bytes,
+            client_timeout_secs,
+            oauth_issuer,
+            oauth_jwks,
+            oauth_audience,
+        } => {
+            if let (Some(issuer), Some(jwks)) = (oauth_issuer, oauth_jwks) {
+                settings.external_idp = Some(crate::app::external_idp::ExternalIdpSettings {
+                    issuer,
+                    jwks: crate::app::external_idp::JwksSource::parse(&jwks),
+                    audience: oauth_audience,
+                    refetch_after: std::time::Duration::from_secs(30),
+                });
+            }
             settings.mcp = crate::mcp::McpSettings { allowed_hosts, allowed_origins, ..Default::default() };
             settings.http =
                 crate::config::HttpSettings { max_body_bytes, client_timeout: std::time::Duration::from_secs(client_timeout_secs.max(1)) };

@@ -37,6 +37,9 @@ pub struct Settings {
     pub http: HttpSettings,
     /// Journeys (and bearer tokens) kept in memory between requests.
     pub journey_cache: usize,
+    /// An external identity provider whose JWT access tokens the MCP endpoint accepts; when set,
+    /// the built-in authorization server is off.
+    pub external_idp: Option<crate::app::external_idp::ExternalIdpSettings>,
     /// A seam lock file to read instead of the committed one (never written by the service).
     pub seams_lock: Option<PathBuf>,
     /// Quota window in learner turns (≥ 100).
@@ -79,6 +82,7 @@ impl Settings {
             mcp: McpSettings::default(),
             http: HttpSettings::default(),
             journey_cache: 1024,
+            external_idp: None,
             seams_lock: None,
             quota_window: 1000,
             reload_gap_ms: 2000,
@@ -103,6 +107,9 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("capability_keys", "SKILLPILOT_CAPABILITY_KEYS"),
     ("max_body_bytes", "SKILLPILOT_MAX_BODY_BYTES"),
     ("client_timeout_secs", "SKILLPILOT_CLIENT_TIMEOUT_SECS"),
+    ("oauth_issuer", "SKILLPILOT_OAUTH_ISSUER"),
+    ("oauth_jwks", "SKILLPILOT_OAUTH_JWKS"),
+    ("oauth_audience", "SKILLPILOT_OAUTH_AUDIENCE"),
 ];
 
 /// Reads the TOML file named by `SKILLPILOT_CONFIG` (or `--config FILE` on the command line)

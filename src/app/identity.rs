@@ -93,6 +93,11 @@ impl App {
         if token.starts_with("v4.local.") {
             return self.authenticate_access(token);
         }
+        if let Some(idp) = &self.idp {
+            if token.split('.').count() == 3 {
+                return self.authenticate_external(idp, token).await;
+            }
+        }
         let hash = hash_token(token);
         if let Some((principal, at)) = self.principals.get(&hash) {
             if at.elapsed() < PRINCIPAL_TTL {

@@ -2,6 +2,7 @@
 //! owns the store, the catalog, the clock and the token keys; transports only translate.
 
 pub mod analytics;
+pub mod external_idp;
 pub mod identity;
 pub mod journeys;
 pub mod oauth;
@@ -45,6 +46,9 @@ pub struct App {
     /// The last loaded state of recently used journeys, validated against the log on every
     /// load (only the events after it are read); bounded by `Settings::journey_cache`.
     pub(crate) journeys: Bounded<String, journeys::Loaded>,
+    /// The external identity provider, when configured (then the built-in authorization server
+    /// is off).
+    pub idp: Option<external_idp::ExternalIdp>,
     /// Recently resolved bearer tokens (by hash), each for `identity::PRINCIPAL_TTL`.
     pub(crate) principals: Bounded<String, (identity::Principal, std::time::Instant)>,
 }
@@ -118,6 +122,10 @@ impl App {
         };
         let registry = Registry::start(&lock);
         let (journeys, principals) = (Bounded::new(settings.journey_cache), Bounded::new(settings.journey_cache));
+        let idp = match &settings.external_idp {
+            Some(idp) => Some(external_idp::ExternalIdp::start(idp.clone()).await),
+            None => None,
+        };
         let app = Arc::new(Self {
             store,
             side,
@@ -129,6 +137,7 @@ impl App {
             projector_lock: tokio::sync::Mutex::new(()),
             metrics: Default::default(),
             journeys,
+            idp,
             principals,
         });
         app.catch_up_views().await.context("cannot bring the views up to date")?;

@@ -218,6 +218,33 @@ impl App {
         format!("{}/mcp", self.oauth_issuer())
     }
 
+    /// The authorization server clients are sent to: the external provider when one is
+    /// configured, else the built-in one.
+    pub fn authorization_server(&self) -> String {
+        match &self.idp {
+            Some(idp) => idp.settings.issuer.clone(),
+            None => self.oauth_issuer(),
+        }
+    }
+
+    /// Whether the built-in authorization server answers (not when an external provider is set).
+    pub fn builtin_authorization_server(&self) -> bool {
+        self.idp.is_none()
+    }
+
+    /// The resource server's check of an external provider's JWT; its subject becomes (or
+    /// finds) a learner.
+    pub(crate) async fn authenticate_external(&self, idp: &super::external_idp::ExternalIdp, token: &str) -> Result<Principal, AppError> {
+        let audience = idp.settings.audience.clone().unwrap_or_else(|| self.mcp_resource());
+        let now = self.clock.now();
+        let verified = idp.verify(token, &audience, now.timestamp()).await?;
+        if !verified.scopes.iter().any(|s| s == LEARN_SCOPE) {
+            return Err(AppError::InsufficientScope);
+        }
+        let learner_id = self.store.learner_for_subject(&idp.settings.issuer, &verified.subject, now.timestamp_millis()).await?;
+        Ok(Principal { role: Role::Learner, learner_id: Some(learner_id) })
+    }
+
     /// Dynamic client registration (RFC 7591).
     pub async fn register_client(&self, request: RegistrationRequest) -> Result<Registration, OAuthError> {
         if request.redirect_uris.is_empty() || request.redirect_uris.len() > 10 {

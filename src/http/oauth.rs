@@ -28,7 +28,7 @@ fn oauth_failure(e: &OAuthError) -> Response {
 pub async fn protected_resource(State(app): State<Arc<App>>) -> Response {
     Json(json!({
         "resource": app.mcp_resource(),
-        "authorization_servers": [app.oauth_issuer()],
+        "authorization_servers": [app.authorization_server()],
         "scopes_supported": SCOPES,
         "bearer_methods_supported": ["header"],
         "resource_name": "SkillPilot",
@@ -39,6 +39,9 @@ pub async fn protected_resource(State(app): State<Arc<App>>) -> Response {
 
 /// `GET /.well-known/oauth-authorization-server`.
 pub async fn authorization_server(State(app): State<Arc<App>>) -> Response {
+    if !app.builtin_authorization_server() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
     let issuer = app.oauth_issuer();
     Json(json!({
         "issuer": issuer,
@@ -58,6 +61,9 @@ pub async fn authorization_server(State(app): State<Arc<App>>) -> Response {
 
 /// `POST /oauth/register` (RFC 7591).
 pub async fn register(State(app): State<Arc<App>>, body: axum::body::Bytes) -> Response {
+    if !app.builtin_authorization_server() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
     let request: RegistrationRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(_) => {
@@ -72,6 +78,9 @@ pub async fn register(State(app): State<Arc<App>>, body: axum::body::Bytes) -> R
 
 /// `POST /oauth/token`: `authorization_code` and `refresh_token` grants for public clients.
 pub async fn token(State(app): State<Arc<App>>, Form(form): Form<HashMap<String, String>>) -> Response {
+    if !app.builtin_authorization_server() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
     let get = |k: &str| form.get(k).map(String::as_str).filter(|v| !v.is_empty());
     let missing = |what: &'static str| OAuthError { code: "invalid_request", description: what };
     let result = match get("grant_type") {

@@ -231,3 +231,44 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    /// The learner an external identity provider's subject maps to, created on first sight
+    /// (concurrent first requests agree on one).
+    pub async fn learner_for_subject(&self, issuer: &str, subject: &str, now_ms: i64) -> Result<String, StoreError> {
+        let find = "SELECT learner_id FROM oauth_subjects WHERE issuer = $1 AND subject = $2";
+        on_pool!(self, pool => {
+            if let Some(row) = sqlx::query(find).bind(issuer).bind(subject).fetch_optional(pool).await? {
+                return Ok(row.try_get("learner_id")?);
+            }
+            let learner_id = uuid::Uuid::new_v4().to_string();
+            {
+                let _turn = self.write_turn().await;
+                let mut tx = pool.begin().await?;
+                sqlx::query("INSERT INTO learners (learner_id, name, created_ms) VALUES ($1, $2, $3)")
+                    .bind(&learner_id)
+                    .bind("external learner")
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO oauth_subjects (issuer, subject, learner_id, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (issuer, subject) DO NOTHING",
+                )
+                .bind(issuer)
+                .bind(subject)
+                .bind(&learner_id)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if inserted == 1 {
+                    tx.commit().await?;
+                    return Ok(learner_id);
+                }
+                tx.rollback().await?;
+            }
+            let row = sqlx::query(find).bind(issuer).bind(subject).fetch_one(pool).await?;
+            Ok(row.try_get("learner_id")?)
+        })
+    }
+}

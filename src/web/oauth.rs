@@ -42,6 +42,9 @@ fn error_redirect(redirect_uri: &str, error: &OAuthError, state: Option<&str>) -
 pub(super) async fn authorize(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
     let lang = lang_of(&query, &headers);
     let t = texts(lang);
+    if !web.app.builtin_authorization_server() {
+        return web.message(&t, lang, StatusCode::NOT_FOUND, t.error_title, t.oauth_failed);
+    }
     let request = match web.app.check_authorization(&query).await {
         Ok(r) => r,
         Err(AuthorizeError::Page(why)) => {
@@ -74,6 +77,9 @@ pub(super) async fn authorize(State(web): State<Arc<Web>>, Query(query): Query<H
 pub(super) async fn decide(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
     let lang = lang_of(&form, &headers);
     let t = texts(lang);
+    if !web.app.builtin_authorization_server() {
+        return web.message(&t, lang, StatusCode::NOT_FOUND, t.error_title, t.oauth_failed);
+    }
     if !web.csrf_ok(&headers, &form) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
