@@ -330,3 +330,122 @@ both_stores!(
     expired_tampered_foreign_and_underscoped_tokens_are_refused,
     a_refresh_token_works_once_and_its_reuse_revokes_the_family,
 );
+
+/// An external identity provider for the test: an RSA key made by `openssl` in a fresh
+/// directory, published as a JWKS file beside it (key id `k1`).
+fn external_idp(settings: &mut skillpilot::config::Settings) {
+    let dir = std::env::temp_dir().join(format!("sp_idp_{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    write_rsa_key(&dir, "k1");
+    publish_jwks(&dir, &["k1"]);
+    settings.external_idp = Some(skillpilot::app::external_idp::ExternalIdpSettings {
+        issuer: "https://idp.example".into(),
+        jwks: skillpilot::app::external_idp::JwksSource::File(dir.join("jwks.json")),
+        audience: None,
+        refetch_after: std::time::Duration::ZERO,
+    });
+}
+
+fn write_rsa_key(dir: &std::path::Path, kid: &str) {
+    let key = dir.join(format!("{kid}.pem"));
+    let ok = std::process::Command::new("openssl")
+        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
+        .arg(&key)
+        .output()
+        .expect("openssl is needed to make a test key")
+        .status
+        .success();
+    assert!(ok);
+}
+
+fn publish_jwks(dir: &std::path::Path, kids: &[&str]) {
+    let keys: Vec<Value> = kids
+        .iter()
+        .map(|kid| {
+            let out = std::process::Command::new("openssl")
+                .args(["rsa", "-noout", "-modulus", "-in"])
+                .arg(dir.join(format!("{kid}.pem")))
+                .output()
+                .unwrap();
+            let hex = String::from_utf8(out.stdout).unwrap().trim().trim_start_matches("Modulus=").to_owned();
+            let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+            json!({"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256", "n": URL_SAFE_NO_PAD.encode(bytes), "e": "AQAB"})
+        })
+        .collect();
+    std::fs::write(dir.join("jwks.json"), json!({ "keys": keys }).to_string()).unwrap();
+}
+
+fn idp_dir(t: &TestApp) -> PathBuf {
+    match &t.app.settings.external_idp.as_ref().unwrap().jwks {
+        skillpilot::app::external_idp::JwksSource::File(path) => path.parent().unwrap().to_owned(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn jwt(t: &TestApp, kid: &str, claims: Value) -> String {
+    let pem = std::fs::read(idp_dir(t).join(format!("{kid}.pem"))).unwrap();
+    let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some(kid.to_owned());
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
+
+async fn an_external_providers_jwts_are_checked_against_its_jwks(t: Arc<TestApp>) {
+    let now = t.app.clock.now().timestamp();
+    let resource = format!("{}/mcp", t.base_url);
+    let claims =
+        |sub: &str, aud: &str, iss: &str, exp: i64, scope: &str| json!({"sub": sub, "aud": aud, "iss": iss, "exp": exp, "scope": scope});
+    let good = jwt(&t, "k1", claims("alice", &resource, "https://idp.example", now + 300, "openid skillpilot.learn"));
+    assert_eq!(mcp_status(&t, Some(&good)).await.0, 200);
+    // The subject became a learner, the same one on every token.
+    let first = t.app.authenticate(&good).await.unwrap();
+    let again = jwt(&t, "k1", claims("alice", &resource, "https://idp.example", now + 600, "skillpilot.learn"));
+    assert_eq!(t.app.authenticate(&again).await.unwrap(), first);
+    let other = jwt(&t, "k1", claims("bob", &resource, "https://idp.example", now + 300, "skillpilot.learn"));
+    assert_ne!(t.app.authenticate(&other).await.unwrap().learner_id, first.learner_id);
+
+    // The resource metadata sends clients to the provider; the built-in server is off.
+    let prm: Value =
+        t.http.get(format!("{}/.well-known/oauth-protected-resource/mcp", t.base_url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(prm["authorization_servers"], json!(["https://idp.example"]));
+    for path in ["/.well-known/oauth-authorization-server", "/oauth/authorize"] {
+        assert_eq!(t.http.get(format!("{}{path}", t.base_url)).send().await.unwrap().status(), 404, "{path}");
+    }
+
+    // Refusals: foreign audience, foreign issuer, expired, missing scope, bad signature, HS256.
+    let audit_before = t.app.store.tool_calls().await.unwrap().len();
+    for (token, status) in [
+        (jwt(&t, "k1", claims("alice", "https://other.example/mcp", "https://idp.example", now + 300, "skillpilot.learn")), 401),
+        (jwt(&t, "k1", claims("alice", &resource, "https://evil.example", now + 300, "skillpilot.learn")), 401),
+        (jwt(&t, "k1", claims("alice", &resource, "https://idp.example", now - 120, "skillpilot.learn")), 401),
+        (jwt(&t, "k1", claims("alice", &resource, "https://idp.example", now + 300, "openid")), 403),
+        (format!("{}x", &good[..good.len() - 1]), 401),
+        (
+            jsonwebtoken::encode(
+                &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+                &claims("alice", &resource, "https://idp.example", now + 300, "skillpilot.learn"),
+                &jsonwebtoken::EncodingKey::from_secret(b"guess"),
+            )
+            .unwrap(),
+            401,
+        ),
+    ] {
+        assert_eq!(mcp_status(&t, Some(&token)).await.0, status, "{token}");
+    }
+    assert_eq!(t.app.store.tool_calls().await.unwrap().len(), audit_before);
+
+    // Key rotation: a token signed with a new key id is accepted once the JWKS publishes it.
+    let dir = idp_dir(&t);
+    write_rsa_key(&dir, "k2");
+    let rotated = jwt(&t, "k2", claims("alice", &resource, "https://idp.example", now + 300, "skillpilot.learn"));
+    assert_eq!(mcp_status(&t, Some(&rotated)).await.0, 401, "not yet published");
+    publish_jwks(&dir, &["k1", "k2"]);
+    assert_eq!(mcp_status(&t, Some(&rotated)).await.0, 200);
+    assert_eq!(t.app.authenticate(&rotated).await.unwrap(), first);
+    // Development tokens keep working beside the provider.
+    let dev = t.learner("Dev").await;
+    assert_eq!(mcp_status(&t, Some(&dev)).await.0, 200);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+both_stores!(settings = external_idp; an_external_providers_jwts_are_checked_against_its_jwks);
