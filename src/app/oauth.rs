@@ -195,6 +195,19 @@ fn acceptable_redirect(uri: &str) -> bool {
     }
 }
 
+/// Where a client metadata document may be fetched from: a URL with a path and no fragment;
+/// in production https on a public host, in development (the service on plain http) anything.
+fn metadata_url_allowed(url: &reqwest::Url, development: bool) -> bool {
+    let private_host = match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost" || d.ends_with(".localhost") || d.ends_with(".internal"),
+        Some(url::Host::Ipv4(ip)) => ip.is_private() || ip.is_loopback() || ip.is_link_local() || ip.is_unspecified(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback() || ip.is_unspecified() || (ip.segments()[0] & 0xfe00) == 0xfc00,
+        None => true,
+    };
+    let shaped = url.path() != "/" && url.fragment().is_none() && matches!(url.scheme(), "https" | "http");
+    shaped && (development || (url.scheme() == "https" && !private_host))
+}
+
 /// The granted scope for a requested one: unknown scopes are refused, none means the default.
 fn granted_scope(requested: Option<&str>) -> Result<String, OAuthError> {
     let requested: Vec<&str> = requested.unwrap_or("").split_whitespace().collect();
@@ -288,10 +301,14 @@ impl App {
     ) -> Result<AuthorizationRequest, AuthorizeError> {
         let get = |k: &str| params.get(k).map(String::as_str).filter(|v| !v.is_empty());
         let client_id = get("client_id").ok_or(AuthorizeError::Page("client_id is missing"))?;
-        let client = match self.store.oauth_client(client_id).await {
-            Ok(Some(c)) => c,
-            Ok(None) => return Err(AuthorizeError::Page("the client is not registered")),
-            Err(_) => return Err(AuthorizeError::Page("the store is unavailable")),
+        let client = if client_id.starts_with("https://") || client_id.starts_with("http://") {
+            self.client_from_metadata_document(client_id).await.map_err(AuthorizeError::Page)?
+        } else {
+            match self.store.oauth_client(client_id).await {
+                Ok(Some(c)) => c,
+                Ok(None) => return Err(AuthorizeError::Page("the client is not registered")),
+                Err(_) => return Err(AuthorizeError::Page("the store is unavailable")),
+            }
         };
         let redirect_uri = match get("redirect_uri") {
             Some(uri) if client.redirect_uris.iter().any(|r| r == uri) => uri.to_owned(),
@@ -322,6 +339,60 @@ impl App {
             state,
             exp: self.clock.now().timestamp() + 600,
         })
+    }
+
+    /// A client identified by the URL of its metadata document (the MCP spec's client-ID
+    /// metadata documents): fetched on every authorization request — https only, no redirects,
+    /// 5 s, 64 KiB — and accepted when it names itself with exactly that URL and lists valid
+    /// redirect URIs. Plain http and loopback hosts only while the service itself runs on plain
+    /// http (development), so a deployed server never fetches from its own network by request.
+    async fn client_from_metadata_document(&self, url: &str) -> Result<OAuthClient, &'static str> {
+        #[derive(Deserialize)]
+        struct Document {
+            client_id: String,
+            #[serde(default)]
+            client_name: Option<String>,
+            #[serde(default)]
+            redirect_uris: Vec<String>,
+            #[serde(default)]
+            token_endpoint_auth_method: Option<String>,
+        }
+        let parsed = reqwest::Url::parse(url).map_err(|_| "client_id is not a URL")?;
+        if !metadata_url_allowed(&parsed, self.settings.public_url.starts_with("http://")) {
+            return Err("a client metadata document must be an https URL with a path on a public host");
+        }
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(std::time::Duration::from_secs(5))
+            .build()
+            .map_err(|_| "cannot fetch the client metadata document")?;
+        let response = http.get(parsed.clone()).send().await.map_err(|_| "cannot fetch the client metadata document")?;
+        if !response.status().is_success() || response.content_length().is_some_and(|n| n > 65_536) {
+            return Err("the client metadata document is not available");
+        }
+        let body = response.bytes().await.map_err(|_| "cannot fetch the client metadata document")?;
+        if body.len() > 65_536 {
+            return Err("the client metadata document is too large");
+        }
+        let document: Document = serde_json::from_slice(&body).map_err(|_| "the client metadata document is not valid JSON metadata")?;
+        if document.client_id != url {
+            return Err("the client metadata document names another client_id");
+        }
+        if document.token_endpoint_auth_method.as_deref().is_some_and(|m| m != "none") {
+            return Err("only public clients (token_endpoint_auth_method none) are supported");
+        }
+        if document.redirect_uris.is_empty() || !document.redirect_uris.iter().all(|u| acceptable_redirect(u)) {
+            return Err("the client metadata document lists no acceptable redirect_uris");
+        }
+        let name: String = document.client_name.unwrap_or_default().chars().filter(|c| !c.is_control()).take(100).collect();
+        let client = OAuthClient {
+            client_id: url.to_owned(),
+            client_name: if name.trim().is_empty() { parsed.host_str().unwrap_or("MCP client").to_owned() } else { name },
+            redirect_uris: document.redirect_uris,
+        };
+        // Recorded so codes and tokens can refer to it; refreshed on every fetch.
+        self.store.upsert_oauth_client(&client, self.clock.now().timestamp_millis()).await.map_err(|_| "the store is unavailable")?;
+        Ok(client)
     }
 
     /// Issues a single-use authorization code for a consented request; returns the code.
@@ -449,5 +520,40 @@ impl App {
             return Err(AppError::InsufficientScope);
         }
         Ok(Principal { role: Role::Learner, learner_id: Some(claims.sub) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{metadata_url_allowed, pkce_matches};
+
+    #[test]
+    fn a_deployed_server_fetches_client_documents_only_from_public_https_urls() {
+        let allowed = |u: &str, dev: bool| metadata_url_allowed(&reqwest::Url::parse(u).unwrap(), dev);
+        assert!(allowed("https://app.example/oauth/client.json", false));
+        for refused in [
+            "http://app.example/client.json",
+            "https://127.0.0.1/client.json",
+            "https://10.0.0.7/client.json",
+            "https://169.254.169.254/latest/meta-data",
+            "https://localhost/client.json",
+            "https://[::1]/client.json",
+            "https://app.example/",
+            "https://app.example/client.json#x",
+            "file:///etc/passwd",
+        ] {
+            assert!(!allowed(refused, false), "{refused}");
+        }
+        assert!(allowed("http://127.0.0.1:9/client.json", true));
+        assert!(!allowed("file:///etc/passwd", true));
+    }
+
+    #[test]
+    fn pkce_accepts_only_the_matching_s256_verifier() {
+        // RFC 7636 appendix B.
+        let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+        assert!(pkce_matches(verifier, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"));
+        assert!(!pkce_matches(verifier, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cN"));
+        assert!(!pkce_matches("short", "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"));
     }
 }

@@ -54,7 +54,7 @@ pub async fn authorization_server(State(app): State<Arc<App>>) -> Response {
         "grant_types_supported": ["authorization_code", "refresh_token"],
         "token_endpoint_auth_methods_supported": ["none"],
         "code_challenge_methods_supported": ["S256"],
-        "client_id_metadata_document_supported": false,
+        "client_id_metadata_document_supported": true,
     }))
     .into_response()
 }

@@ -70,6 +70,25 @@ impl Store {
         })
     }
 
+    /// Stores or refreshes a client known by its metadata document (its id is the document's URL).
+    pub async fn upsert_oauth_client(&self, client: &OAuthClient, now_ms: i64) -> Result<(), StoreError> {
+        let uris = serde_json::to_string(&client.redirect_uris).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO oauth_clients (client_id, client_name, redirect_uris, created_ms) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (client_id) DO UPDATE SET client_name = excluded.client_name, redirect_uris = excluded.redirect_uris",
+            )
+            .bind(&client.client_id)
+            .bind(&client.client_name)
+            .bind(uris)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            Ok(())
+        })
+    }
+
     /// A registered client.
     pub async fn oauth_client(&self, client_id: &str) -> Result<Option<OAuthClient>, StoreError> {
         on_pool!(self, pool => {

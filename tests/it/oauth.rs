@@ -322,8 +322,81 @@ async fn a_refresh_token_works_once_and_its_reuse_revokes_the_family(t: Arc<Test
     assert_eq!((status, body["error"].as_str()), (400, Some("unsupported_grant_type")));
 }
 
+/// Serves client metadata documents on a loopback port: `/good.json` names itself, `/liar.json`
+/// names another client id. Returns the base URL.
+async fn serve_client_documents() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let docs = {
+        let base = base.clone();
+        axum::Router::new()
+            .route(
+                "/good.json",
+                axum::routing::get({
+                    let base = base.clone();
+                    move || async move {
+                        axum::Json(
+                            json!({"client_id": format!("{base}/good.json"), "client_name": "Doc coach", "redirect_uris": [REDIRECT]}),
+                        )
+                    }
+                }),
+            )
+            .route(
+                "/liar.json",
+                axum::routing::get(move || async move {
+                    axum::Json(json!({"client_id": "https://someone.else/client.json", "redirect_uris": [REDIRECT]}))
+                }),
+            )
+    };
+    tokio::spawn(async move { axum::serve(listener, docs).await.ok() });
+    base
+}
+
+async fn a_client_metadata_document_identifies_a_client_without_registration(t: Arc<TestApp>) {
+    let asm: Value =
+        t.http.get(format!("{}/.well-known/oauth-authorization-server", t.base_url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(asm["client_id_metadata_document_supported"], true);
+    let docs = serve_client_documents().await;
+    let client_id = format!("{docs}/good.json");
+    let (verifier, challenge) = pkce();
+    let params = |client_id: &str, redirect: &str| -> HashMap<String, String> {
+        [
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", redirect),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    };
+    // The document's own URL as client id, its redirect URI: accepted, named as the document says.
+    let request = t.app.check_authorization(&params(&client_id, REDIRECT)).await.unwrap();
+    assert_eq!(request.client_name, "Doc coach");
+    // A redirect URI the document does not list, a document naming someone else, a missing one.
+    use skillpilot::app::oauth::AuthorizeError;
+    for (id, redirect) in [
+        (client_id.clone(), "http://127.0.0.1:9/other"),
+        (format!("{docs}/liar.json"), REDIRECT),
+        (format!("{docs}/missing.json"), REDIRECT),
+        (format!("{docs}/"), REDIRECT),
+    ] {
+        let refused = t.app.check_authorization(&params(&id, redirect)).await;
+        assert!(matches!(refused, Err(AuthorizeError::Page(_))), "{id} {redirect}: {refused:?}");
+    }
+    // The whole grant works with the document's URL as client id.
+    let token = t.learner("Ada").await;
+    let learner = t.principal(&token).await.learner_id.unwrap();
+    let code = t.app.issue_code(&request, &learner).await.unwrap();
+    let (status, tokens) = exchange(&t, &client_id, &code, &verifier).await;
+    assert_eq!(status, 200, "{tokens}");
+    assert_eq!(mcp_status(&t, tokens["access_token"].as_str()).await.0, 200);
+}
+
 both_stores!(
     discovery_answers_as_the_mcp_authorization_spec_says,
+    a_client_metadata_document_identifies_a_client_without_registration,
     the_official_sdk_connects_through_the_built_in_authorization_server,
     codes_are_single_use_and_bound_to_client_redirect_and_verifier,
     the_authorization_endpoint_never_redirects_to_an_unregistered_uri,
