@@ -175,9 +175,25 @@ impl App {
 
     /// Runs a command. `start_pack` is the pack a `StartJourney` starts on.
     pub async fn execute(&self, request: CommandRequest, start_pack: Option<Arc<Pack>>) -> Result<Executed, AppError> {
+        self.execute_measured(request, start_pack, None).await
+    }
+
+    /// Runs a command on the journey as the caller loaded it moments ago (a tool call's session
+    /// check), saving a second read; should it be stale, the append's version check refuses
+    /// the commit exactly as it would a concurrent writer's.
+    pub async fn execute_seen(&self, request: CommandRequest, seen: Loaded) -> Result<Executed, AppError> {
+        self.execute_measured(request, None, Some(seen)).await
+    }
+
+    async fn execute_measured(
+        &self,
+        request: CommandRequest,
+        start_pack: Option<Arc<Pack>>,
+        seen: Option<Loaded>,
+    ) -> Result<Executed, AppError> {
         let started = std::time::Instant::now();
         let name = request.command.name();
-        let result = self.execute_inner(request, start_pack).await;
+        let result = self.execute_inner(request, start_pack, seen).await;
         let outcome = match &result {
             Ok(e) if e.replayed => "replayed",
             Ok(_) => "applied",
@@ -189,9 +205,17 @@ impl App {
         result
     }
 
-    async fn execute_inner(&self, request: CommandRequest, start_pack: Option<Arc<Pack>>) -> Result<Executed, AppError> {
+    async fn execute_inner(
+        &self,
+        request: CommandRequest,
+        start_pack: Option<Arc<Pack>>,
+        seen: Option<Loaded>,
+    ) -> Result<Executed, AppError> {
         let now = self.clock.now();
-        let loaded = self.load_journey(&request.journey_id).await?;
+        let loaded = match seen {
+            Some(loaded) => loaded,
+            None => self.load_journey(&request.journey_id).await?,
+        };
 
         if let Some(identity) = &request.identity {
             if let Some(original) = self.original_result(&request.journey_id, identity).await? {

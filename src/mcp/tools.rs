@@ -519,7 +519,7 @@ async fn handle(app: &Arc<App>, def: &ToolDef, session: &ActiveSession, args: &V
                 replay_hash: replay_hash(&serde_json::to_value(&claims).map_err(|_| AppError::Internal)?),
             };
             let request = command(JourneyCommand::ChooseOption { choice: claims.choice.clone() }, Some(claims.ver), Some(identity));
-            let executed = app.execute(request, None).await.map_err(|e| match e {
+            let executed = app.execute_seen(request, session.loaded.clone()).await.map_err(|e| match e {
                 // An option published at an older version is stale, not a version race.
                 AppError::StateConflict { .. } => AppError::OptionInvalid,
                 other => other,
@@ -536,15 +536,17 @@ async fn handle(app: &Arc<App>, def: &ToolDef, session: &ActiveSession, args: &V
                 request_id: args["clientRequestId"].as_str().unwrap_or_default().to_ascii_lowercase(),
                 replay_hash: replay_hash(&canonical_input),
             };
-            let executed = app.execute(command(JourneyCommand::CompleteGoal { evidence, consent }, expected, Some(identity)), None).await?;
+            let executed = app
+                .execute_seen(command(JourneyCommand::CompleteGoal { evidence, consent }, expected, Some(identity)), session.loaded.clone())
+                .await?;
             write_result(app, session, &executed, WriteKind::Complete)
         }
         "start_skillpilot_verified_recall" => {
-            let executed = app.execute(command(JourneyCommand::StartRecall, None, None), None).await?;
+            let executed = app.execute_seen(command(JourneyCommand::StartRecall, None, None), session.loaded.clone()).await?;
             workflow_result(app, session, &executed, locale)
         }
         "start_skillpilot_exam" => {
-            let executed = app.execute(command(JourneyCommand::StartExam, None, None), None).await?;
+            let executed = app.execute_seen(command(JourneyCommand::StartExam, None, None), session.loaded.clone()).await?;
             workflow_result(app, session, &executed, locale)
         }
         "get_skillpilot_verified_recall_answers"
@@ -585,7 +587,7 @@ async fn handle(app: &Arc<App>, def: &ToolDef, session: &ActiveSession, args: &V
                 request_id: format!("cap:{instance}:{}", canonical(&json!(step))),
                 replay_hash: replay_hash(&json!({"step": step, "instance": instance, "payload": payload})),
             };
-            let executed = app.execute(command(cmd, None, Some(identity)), None).await.map_err(|e| match e {
+            let executed = app.execute_seen(command(cmd, None, Some(identity)), session.loaded.clone()).await.map_err(|e| match e {
                 AppError::IdempotencyKeyReused => AppError::CapabilityUsed,
                 other => other,
             })?;
