@@ -25,21 +25,89 @@ impl Checkpoint {
     pub const END: Self = Self { tx: i64::MAX, position: i64::MAX, events: i64::MAX };
 }
 
-const GOAL_MASTERY: &str =
-    "INSERT INTO PREFIX_goal_mastery (journey_id, goal_id, mastery, mastered, completions, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
-    ON CONFLICT (journey_id, goal_id) DO UPDATE SET mastery = excluded.mastery, mastered = excluded.mastered,
-    completions = PREFIX_goal_mastery.completions + excluded.completions, updated_at = excluded.updated_at";
-const RECALL_OUTCOME: &str = "INSERT INTO PREFIX_recall_outcomes (card_id, goal_id, passed, failed) VALUES ($1, $2, $3, $4)
-    ON CONFLICT (card_id) DO UPDATE SET passed = PREFIX_recall_outcomes.passed + excluded.passed, failed = PREFIX_recall_outcomes.failed + excluded.failed";
-const EXAM_RESULT: &str =
-    "INSERT INTO PREFIX_exam_results (journey_id, instance, total_points, max_points, passed, scored_at) VALUES ($1, $2, $3, $4, $5, $6)
-    ON CONFLICT (journey_id, instance) DO NOTHING";
-const DAILY: &str =
-    "INSERT INTO PREFIX_daily_activity (day, events, goals_completed, recall_results, exams_scored) VALUES ($1, $2, $3, $4, $5)
-    ON CONFLICT (day) DO UPDATE SET events = PREFIX_daily_activity.events + excluded.events,
-    goals_completed = PREFIX_daily_activity.goals_completed + excluded.goals_completed,
-    recall_results = PREFIX_daily_activity.recall_results + excluded.recall_results,
-    exams_scored = PREFIX_daily_activity.exams_scored + excluded.exams_scored";
+/// Each analytic table's insert head and its upsert tail: a delta adds counts and keeps the
+/// latest values, an exam attempt keeps its first scoring. `PREFIX` names live or shadow tables.
+const GOAL_MASTERY: (&str, &str) = (
+    "INSERT INTO PREFIX_goal_mastery (journey_id, goal_id, mastery, mastered, completions, updated_at) ",
+    " ON CONFLICT (journey_id, goal_id) DO UPDATE SET mastery = excluded.mastery, mastered = excluded.mastered,
+      completions = PREFIX_goal_mastery.completions + excluded.completions, updated_at = excluded.updated_at",
+);
+const RECALL_OUTCOME: (&str, &str) = (
+    "INSERT INTO PREFIX_recall_outcomes (card_id, goal_id, passed, failed) ",
+    " ON CONFLICT (card_id) DO UPDATE SET passed = PREFIX_recall_outcomes.passed + excluded.passed,
+      failed = PREFIX_recall_outcomes.failed + excluded.failed",
+);
+const EXAM_RESULT: (&str, &str) = (
+    "INSERT INTO PREFIX_exam_results (journey_id, instance, total_points, max_points, passed, scored_at) ",
+    " ON CONFLICT (journey_id, instance) DO NOTHING",
+);
+const DAILY: (&str, &str) = (
+    "INSERT INTO PREFIX_daily_activity (day, events, goals_completed, recall_results, exams_scored) ",
+    " ON CONFLICT (day) DO UPDATE SET events = PREFIX_daily_activity.events + excluded.events,
+      goals_completed = PREFIX_daily_activity.goals_completed + excluded.goals_completed,
+      recall_results = PREFIX_daily_activity.recall_results + excluded.recall_results,
+      exams_scored = PREFIX_daily_activity.exams_scored + excluded.exams_scored",
+);
+
+/// Upserts every row of a folded `Tables` into the tables named by `prefix`, with multi-row
+/// statements (a key occurs once per `Tables`, so no statement touches a row twice). A macro
+/// because the body runs on either backend's transaction type.
+macro_rules! upsert_tables {
+    ($tx:expr, $prefix:expr, $tables:expr) => {{
+        let (prefix, tables) = ($prefix, $tables);
+        let sql = |(head, tail): (&str, &str)| (head.replace("PREFIX", prefix), tail.replace("PREFIX", prefix));
+        let goals: Vec<_> = tables.goal_mastery.iter().collect();
+        for chunk in goals.chunks(ROWS_PER_INSERT) {
+            let (head, tail) = sql(GOAL_MASTERY);
+            let mut insert = sqlx::QueryBuilder::new(head);
+            insert.push_values(chunk, |mut b, ((journey_id, goal_id), row)| {
+                b.push_bind(journey_id)
+                    .push_bind(goal_id)
+                    .push_bind(row.mastery)
+                    .push_bind(i64::from(row.mastered))
+                    .push_bind(row.completions)
+                    .push_bind(&row.updated_at);
+            });
+            insert.push(tail).build().execute(&mut *$tx).await?;
+        }
+        let cards: Vec<_> = tables.recall_outcomes.iter().collect();
+        for chunk in cards.chunks(ROWS_PER_INSERT) {
+            let (head, tail) = sql(RECALL_OUTCOME);
+            let mut insert = sqlx::QueryBuilder::new(head);
+            insert.push_values(chunk, |mut b, (card_id, row)| {
+                b.push_bind(card_id).push_bind(&row.goal_id).push_bind(row.passed).push_bind(row.failed);
+            });
+            insert.push(tail).build().execute(&mut *$tx).await?;
+        }
+        let exams: Vec<_> = tables.exam_results.iter().collect();
+        for chunk in exams.chunks(ROWS_PER_INSERT) {
+            let (head, tail) = sql(EXAM_RESULT);
+            let mut insert = sqlx::QueryBuilder::new(head);
+            insert.push_values(chunk, |mut b, ((journey_id, instance), row)| {
+                b.push_bind(journey_id)
+                    .push_bind(i64::try_from(*instance).unwrap_or(i64::MAX))
+                    .push_bind(row.total_points)
+                    .push_bind(i64::from(row.max_points))
+                    .push_bind(i64::from(row.passed))
+                    .push_bind(&row.scored_at);
+            });
+            insert.push(tail).build().execute(&mut *$tx).await?;
+        }
+        let days: Vec<_> = tables.daily_activity.iter().collect();
+        for chunk in days.chunks(ROWS_PER_INSERT) {
+            let (head, tail) = sql(DAILY);
+            let mut insert = sqlx::QueryBuilder::new(head);
+            insert.push_values(chunk, |mut b, (day, row)| {
+                b.push_bind(day)
+                    .push_bind(row.events)
+                    .push_bind(row.goals_completed)
+                    .push_bind(row.recall_results)
+                    .push_bind(row.exams_scored);
+            });
+            insert.push(tail).build().execute(&mut *$tx).await?;
+        }
+    }};
+}
 
 /// Rows per multi-row insert of a rebuild (6 columns × 500 stays far below both stores'
 /// bind-parameter limits).
@@ -109,13 +177,6 @@ impl Store {
         limit: i64,
         changes: impl Fn(&StoredEvent) -> Result<Vec<Change>, StoreError>,
     ) -> Result<usize, StoreError> {
-        let prefix = Target::Live.prefix();
-        let (goal_sql, recall_sql, exam_sql, daily_sql) = (
-            GOAL_MASTERY.replace("PREFIX", prefix),
-            RECALL_OUTCOME.replace("PREFIX", prefix),
-            EXAM_RESULT.replace("PREFIX", prefix),
-            DAILY.replace("PREFIX", prefix),
-        );
         let events_sql = self.batch_sql();
         let until = Checkpoint::END;
         let _turn = self.write_turn().await;
@@ -135,34 +196,17 @@ impl Store {
                 Store::Postgres(_) => sqlx::query(&events_sql).bind(at.tx).bind(at.position).bind(until.tx).bind(until.position).bind(limit),
             };
             let rows = query.fetch_all(&mut *tx).await?;
+            // The batch is folded first and each touched row upserted once (the upserts add
+            // deltas and keep the latest values, so folding is exact): far fewer statements
+            // while SQLite's single writer is held.
+            let mut delta = Tables::default();
             for r in &rows {
-                let event = row_to_event(r)?;
-                for change in changes(&event)? {
-                    match change {
-                        Change::GoalMastery { journey_id, goal_id, mastery, mastered, completed, at } => {
-                            sqlx::query(&goal_sql).bind(journey_id).bind(goal_id).bind(mastery).bind(i64::from(mastered)).bind(completed).bind(at).execute(&mut *tx).await?;
-                        }
-                        Change::RecallOutcome { card_id, goal_id, passed } => {
-                            sqlx::query(&recall_sql).bind(card_id).bind(goal_id).bind(i64::from(passed)).bind(i64::from(!passed)).execute(&mut *tx).await?;
-                        }
-                        Change::ExamResult { journey_id, instance, total_points, max_points, passed, at } => {
-                            sqlx::query(&exam_sql)
-                                .bind(journey_id)
-                                .bind(i64::try_from(instance).unwrap_or(i64::MAX))
-                                .bind(total_points)
-                                .bind(i64::from(max_points))
-                                .bind(i64::from(passed))
-                                .bind(at)
-                                .execute(&mut *tx)
-                                .await?;
-                        }
-                        Change::Daily { day, events, goals_completed, recall_results, exams_scored } => {
-                            sqlx::query(&daily_sql).bind(day).bind(events).bind(goals_completed).bind(recall_results).bind(exams_scored).execute(&mut *tx).await?;
-                        }
-                    }
+                for change in changes(&row_to_event(r)?)? {
+                    delta.apply(change);
                 }
                 at = Checkpoint { tx: r.try_get("txid")?, position: r.try_get("position")?, events: at.events + 1 };
             }
+            upsert_tables!(tx, Target::Live.prefix(), &delta);
             sqlx::query("UPDATE projector_checkpoints SET tx = $2, position = $3, events = $4 WHERE projector = $1")
                 .bind(projector)
                 .bind(at.tx)
@@ -208,44 +252,8 @@ impl Store {
             for (table, _) in ANALYTIC_TABLES {
                 sqlx::query(&format!("DELETE FROM analytics_shadow_{table}")).execute(&mut *tx).await?;
             }
-            // Multi-row inserts: one round trip per 500 rows instead of one per row.
-            let goals: Vec<_> = tables.goal_mastery.iter().collect();
-            for chunk in goals.chunks(ROWS_PER_INSERT) {
-                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO {prefix}_goal_mastery (journey_id, goal_id, mastery, mastered, completions, updated_at) "));
-                insert.push_values(chunk, |mut b, ((journey_id, goal_id), row)| {
-                    b.push_bind(journey_id).push_bind(goal_id).push_bind(row.mastery).push_bind(i64::from(row.mastered)).push_bind(row.completions).push_bind(&row.updated_at);
-                });
-                insert.build().execute(&mut *tx).await?;
-            }
-            let cards: Vec<_> = tables.recall_outcomes.iter().collect();
-            for chunk in cards.chunks(ROWS_PER_INSERT) {
-                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO {prefix}_recall_outcomes (card_id, goal_id, passed, failed) "));
-                insert.push_values(chunk, |mut b, (card_id, row)| {
-                    b.push_bind(card_id).push_bind(&row.goal_id).push_bind(row.passed).push_bind(row.failed);
-                });
-                insert.build().execute(&mut *tx).await?;
-            }
-            let exams: Vec<_> = tables.exam_results.iter().collect();
-            for chunk in exams.chunks(ROWS_PER_INSERT) {
-                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO {prefix}_exam_results (journey_id, instance, total_points, max_points, passed, scored_at) "));
-                insert.push_values(chunk, |mut b, ((journey_id, instance), row)| {
-                    b.push_bind(journey_id)
-                        .push_bind(i64::try_from(*instance).unwrap_or(i64::MAX))
-                        .push_bind(row.total_points)
-                        .push_bind(i64::from(row.max_points))
-                        .push_bind(i64::from(row.passed))
-                        .push_bind(&row.scored_at);
-                });
-                insert.build().execute(&mut *tx).await?;
-            }
-            let days: Vec<_> = tables.daily_activity.iter().collect();
-            for chunk in days.chunks(ROWS_PER_INSERT) {
-                let mut insert = sqlx::QueryBuilder::new(format!("INSERT INTO {prefix}_daily_activity (day, events, goals_completed, recall_results, exams_scored) "));
-                insert.push_values(chunk, |mut b, (day, row)| {
-                    b.push_bind(day).push_bind(row.events).push_bind(row.goals_completed).push_bind(row.recall_results).push_bind(row.exams_scored);
-                });
-                insert.build().execute(&mut *tx).await?;
-            }
+            // Multi-row statements: one round trip per 500 rows instead of one per row.
+            upsert_tables!(tx, prefix, tables);
             sqlx::query("DELETE FROM projector_checkpoints WHERE projector = $1").bind(projector).execute(&mut *tx).await?;
             sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) VALUES ($1, $2, $3, $4)")
                 .bind(projector)
