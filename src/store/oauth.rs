@@ -156,15 +156,14 @@ impl Store {
 
     /// Marks a code used; false when another redemption was first.
     pub async fn claim_oauth_code(&self, code_hash: &str, now_ms: i64) -> Result<bool, StoreError> {
+        self.spend_once("UPDATE oauth_codes SET used_ms = $2 WHERE code_hash = $1 AND used_ms IS NULL", code_hash, now_ms).await
+    }
+
+    /// Runs a conditional "mark used" update; true when this call was the one that changed it.
+    async fn spend_once(&self, sql: &str, hash: &str, now_ms: i64) -> Result<bool, StoreError> {
         let _turn = self.write_turn().await;
         on_pool!(self, pool => {
-            Ok(sqlx::query("UPDATE oauth_codes SET used_ms = $2 WHERE code_hash = $1 AND used_ms IS NULL")
-                .bind(code_hash)
-                .bind(now_ms)
-                .execute(pool)
-                .await?
-                .rows_affected()
-                == 1)
+            Ok(sqlx::query(sql).bind(hash).bind(now_ms).execute(pool).await?.rows_affected() == 1)
         })
     }
 
@@ -217,16 +216,12 @@ impl Store {
 
     /// Spends a refresh token (rotation); false when it was spent meanwhile.
     pub async fn claim_refresh_token(&self, token_hash: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
-            Ok(sqlx::query("UPDATE oauth_refresh_tokens SET used_ms = $2 WHERE token_hash = $1 AND used_ms IS NULL AND revoked_ms IS NULL")
-                .bind(token_hash)
-                .bind(now_ms)
-                .execute(pool)
-                .await?
-                .rows_affected()
-                == 1)
-        })
+        self.spend_once(
+            "UPDATE oauth_refresh_tokens SET used_ms = $2 WHERE token_hash = $1 AND used_ms IS NULL AND revoked_ms IS NULL",
+            token_hash,
+            now_ms,
+        )
+        .await
     }
 
     /// Every registered client id (operator view and tests).
