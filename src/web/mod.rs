@@ -205,7 +205,7 @@ async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Fo
     let next = match form.get("next").map(String::as_str) {
         Some("/progress") => "/progress".to_owned(),
         Some("/operator") => "/operator".to_owned(),
-        Some(back) if back.starts_with("/oauth/authorize?") => back.to_owned(),
+        Some(back) if back.starts_with("/oauth/authorize?") && !back.chars().any(char::is_control) => back.to_owned(),
         _ => "/start".to_owned(),
     };
     let next = next.as_str();

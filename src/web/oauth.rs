@@ -56,12 +56,17 @@ pub(super) async fn authorize(State(web): State<Arc<Web>>, Query(query): Query<H
         Some(p) if p.role == Role::Learner => {
             let (csrf, set) = web.csrf(&headers);
             let sealed = web.app.keys.seal_authorization(&request);
-            web.render(
+            let mut page = web.render(
                 "authorize.html",
                 context! { lang, t, title => t.consent_title, csrf, request => sealed, client_name => request.client_name, signed_in => true },
                 set,
                 StatusCode::OK,
-            )
+            );
+            // The consent page must never be framed (a framed "Allow" button is clickjacking).
+            let headers = page.headers_mut();
+            headers.insert(axum::http::header::X_FRAME_OPTIONS, axum::http::HeaderValue::from_static("DENY"));
+            headers.insert(axum::http::header::CONTENT_SECURITY_POLICY, axum::http::HeaderValue::from_static("frame-ancestors 'none'"));
+            page
         }
         // Not signed in (or as staff): sign in as a learner, then come back to this request.
         _ => {

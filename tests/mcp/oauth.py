@@ -80,6 +80,7 @@ class Browser:
             check(urlparse(back).path == "/oauth/authorize", f"back to the authorization request: {back}")
             consent = await web.get(back)
             check(consent.status_code == 200 and 'action="/oauth/authorize"' in consent.text, "consent page")
+            check(consent.headers.get("x-frame-options") == "DENY", "the consent page cannot be framed")
             self.pages.append("consent")
             form = hidden_fields(consent.text)
             form["decision"] = "allow"
