@@ -116,8 +116,9 @@ async fn two_server_processes_racing_on_one_database_keep_every_stream_whole() {
     let (a, b) = (server(&t).await, server(&t).await);
     let http = reqwest::Client::new();
     // Sessions are started through a server process (its wall clock, not the test's manual one).
+    let (learner_count, writes_each) = if crate::helpers::long_run() { (8, 200) } else { (4, 15) };
     let mut learners = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..learner_count {
         let token = t.learner("Ada").await;
         let r = http.post(format!("{}/v1/learning-sessions", a.1)).bearer_auth(&token).json(&json!({})).send().await.unwrap();
         assert_eq!(r.status(), 201);
@@ -142,7 +143,7 @@ async fn two_server_processes_racing_on_one_database_keep_every_stream_whole() {
             let (http, token, sid) = (http.clone(), c.token.clone(), c.sid.clone());
             tasks.push(tokio::spawn(async move {
                 let mut ok = 0;
-                for i in 0..15 {
+                for i in 0..writes_each {
                     let rpc = |name: &str, args: Value| {
                         http.post(format!("{base}/mcp"))
                             .bearer_auth(&token)

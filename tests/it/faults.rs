@@ -53,9 +53,12 @@ async fn every_acknowledged_write_survives_a_kill_9(t: Arc<TestApp>) {
     let mut server = start(&t, port);
     wait_ready(&base).await;
     let http = reqwest::Client::new();
-    // Four learners with sessions started through the server (its wall clock).
+    // The long variant (SKILLPILOT_LONG=1): more coaches, five kills, longer load before each.
+    let (coach_count, rounds, load) =
+        if crate::helpers::long_run() { (16, 5, Duration::from_secs(3)) } else { (4, 1, Duration::from_millis(1500)) };
+    // Learners with sessions started through the server (its wall clock).
     let mut coaches = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..coach_count {
         let token = t.learner("Ada").await;
         assert_eq!(
             http.post(format!("{base}/v1/learning-sessions")).bearer_auth(&token).json(&json!({})).send().await.unwrap().status(),
@@ -68,51 +71,53 @@ async fn every_acknowledged_write_survives_a_kill_9(t: Arc<TestApp>) {
     }
     // Load: each coach toggles autopilot as fast as it can and records every acknowledged version.
     let acknowledged = Arc::new(tokio::sync::Mutex::new(BTreeMap::<String, Vec<u64>>::new()));
-    let mut tasks = Vec::new();
-    for (token, sid, journey) in coaches.clone() {
-        let (http, base, acknowledged) = (http.clone(), base.clone(), acknowledged.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let Some(ctx) = rpc(&http, &base, &token, "get_skillpilot_learning_context", json!({"learningSessionId": sid})).await
-                else {
-                    return;
-                };
-                let Some(options) = ctx["structuredContent"]["settings"]["options"].as_array().cloned() else { return };
-                let toggle = options.iter().find(|o| o["kind"] == "autopilot").unwrap()["payload"].clone();
-                let Some(r) =
-                    rpc(&http, &base, &token, "choose_skillpilot_option", json!({"learningSessionId": sid, "option": toggle})).await
-                else {
-                    return;
-                };
-                if r["isError"] == false {
-                    let v = r["structuredContent"]["receipt"]["stateVersion"].as_u64().unwrap();
-                    acknowledged.lock().await.entry(journey.clone()).or_default().push(v);
+    for round in 0..rounds {
+        let mut tasks = Vec::new();
+        for (token, sid, journey) in coaches.clone() {
+            let (http, base, acknowledged) = (http.clone(), base.clone(), acknowledged.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let Some(ctx) = rpc(&http, &base, &token, "get_skillpilot_learning_context", json!({"learningSessionId": sid})).await
+                    else {
+                        return;
+                    };
+                    let Some(options) = ctx["structuredContent"]["settings"]["options"].as_array().cloned() else { return };
+                    let toggle = options.iter().find(|o| o["kind"] == "autopilot").unwrap()["payload"].clone();
+                    let Some(r) =
+                        rpc(&http, &base, &token, "choose_skillpilot_option", json!({"learningSessionId": sid, "option": toggle})).await
+                    else {
+                        return;
+                    };
+                    if r["isError"] == false {
+                        let v = r["structuredContent"]["receipt"]["stateVersion"].as_u64().unwrap();
+                        acknowledged.lock().await.entry(journey.clone()).or_default().push(v);
+                    }
                 }
-            }
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    server.kill().unwrap(); // SIGKILL
-    server.wait().unwrap();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let acknowledged = acknowledged.lock().await.clone();
-    let total: usize = acknowledged.values().map(Vec::len).sum();
-    assert!(total > 0, "the load made progress before the kill");
-
-    // Restart on the same database.
-    let mut server = start(&t, port);
-    wait_ready(&base).await;
-    for (journey, versions) in &acknowledged {
-        let events = t.app.store.events_after(journey, 0).await.unwrap();
-        let sequences: Vec<u64> = events.iter().map(|e| e.sequence as u64).collect();
-        for v in versions {
-            assert!(sequences.contains(v), "acknowledged version {v} of {journey} is missing after the kill");
+            }));
         }
-        assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>(), "gapless");
+        tokio::time::sleep(load).await;
+        server.kill().unwrap(); // SIGKILL
+        server.wait().unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let acknowledged = acknowledged.lock().await.clone();
+        let total: usize = acknowledged.values().map(Vec::len).sum();
+        assert!(total > 0, "the load made progress before kill {round}");
+
+        // Restart on the same database: everything acknowledged so far is there.
+        server = start(&t, port);
+        wait_ready(&base).await;
+        for (journey, versions) in &acknowledged {
+            let events = t.app.store.events_after(journey, 0).await.unwrap();
+            let sequences: Vec<u64> = events.iter().map(|e| e.sequence as u64).collect();
+            for v in versions {
+                assert!(sequences.contains(v), "acknowledged version {v} of {journey} is missing after kill {round}");
+            }
+            assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>(), "gapless");
+        }
+        assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
     }
-    assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
     // The restarted server caught the views up; a replay equals them.
     let report = t.app.replay().await.unwrap();
     assert!(report.differing.is_empty(), "{:?}", report.differing);

@@ -36,6 +36,12 @@ pub struct TestApp {
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
+/// `SKILLPILOT_LONG=1`: the fault and concurrency tests run their long variants (more
+/// clients, more rounds; see docs/reliability.md).
+pub fn long_run() -> bool {
+    std::env::var("SKILLPILOT_LONG").is_ok_and(|v| v == "1")
+}
+
 pub fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-03-02T09:00:00Z").map(|t| t.with_timezone(&Utc)).unwrap()
 }
