@@ -181,11 +181,16 @@ impl Store {
         let until = Checkpoint::END;
         let _turn = self.write_turn().await;
         on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            if matches!(self, Store::Postgres(_)) {
+                // Another process's projector holds the checkpoint row for a batch at most; one
+                // that stalls longer makes this run give up (and retry later) instead of hanging.
+                sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await?;
+            }
             sqlx::query("INSERT INTO projector_checkpoints (projector, tx, position, events) VALUES ($1, 0, 0, 0) ON CONFLICT (projector) DO NOTHING")
                 .bind(projector)
-                .execute(pool)
+                .execute(&mut *tx)
                 .await?;
-            let mut tx = pool.begin().await?;
             // Write first: SQLite then takes its write lock before reading (a read-then-write
             // transaction would fail once another writer committed), PostgreSQL locks the row.
             sqlx::query("UPDATE projector_checkpoints SET events = events WHERE projector = $1").bind(projector).execute(&mut *tx).await?;

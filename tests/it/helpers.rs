@@ -175,21 +175,25 @@ impl TestApp {
     }
 
     /// Runs the `skillpilot` binary against this test's database.
+    ///
+    /// The wait blocks this thread, so it runs in `block_in_place`: a task of this app parked
+    /// on the blocked worker (the background projector mid-transaction, say) moves to another
+    /// thread instead of holding its row lock while the CLI process waits for that lock.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
         let db = match self.backend {
             Backend::Sqlite => format!("sqlite://{}", self.db_url),
             Backend::Postgres => self.db_url.clone(),
         };
-        std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"));
+        command
             .arg("--db")
             .arg(db)
             .arg("--content")
             .arg(content_dir())
             .args(args)
             .env("SKILLPILOT_CAPABILITY_KEYS", &self.keys_spec)
-            .env("RUST_LOG", "warn")
-            .output()
-            .unwrap()
+            .env("RUST_LOG", "warn");
+        tokio::task::block_in_place(|| command.output()).unwrap()
     }
 }
 
