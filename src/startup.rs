@@ -49,7 +49,7 @@ impl Application {
                 let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
                 loop {
                     tick.tick().await;
-                    if let Err(e) = app.catch_up_analytics().await {
+                    if let Err(e) = app.project_pending().await {
                         tracing::warn!(error = %e, "analytics projector will retry");
                     }
                 }

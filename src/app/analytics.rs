@@ -151,6 +151,13 @@ impl App {
         self.catch_up_locked().await
     }
 
+    /// Folds whatever is projectable now and returns at once (the server's background tick;
+    /// readers that must see everything use `catch_up_analytics`).
+    pub async fn project_pending(&self) -> Result<usize, AppError> {
+        let _guard = self.projector_lock.lock().await;
+        self.run_projector().await
+    }
+
     /// Catches up with every event committed when it was called. PostgreSQL's projector may
     /// not pass a transaction still in flight anywhere in the cluster (its snapshot horizon is
     /// cluster-wide), so it waits a bounded time for such a transaction to end rather than

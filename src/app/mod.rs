@@ -49,6 +49,8 @@ pub struct App {
     /// The external identity provider, when configured (then the built-in authorization server
     /// is off).
     pub idp: Option<external_idp::ExternalIdp>,
+    /// The external provider's subjects and the learners they map to (a mapping never changes).
+    pub(crate) subjects: Bounded<String, String>,
     /// Recently resolved bearer tokens (by hash), each for `identity::PRINCIPAL_TTL`.
     pub(crate) principals: Bounded<String, (identity::Principal, std::time::Instant)>,
 }
@@ -121,7 +123,8 @@ impl App {
             None => Lock::parse(COMMITTED_LOCK)?,
         };
         let registry = Registry::start(&lock);
-        let (journeys, principals) = (Bounded::new(settings.journey_cache), Bounded::new(settings.journey_cache));
+        let settings_cache = settings.journey_cache;
+        let (journeys, principals) = (Bounded::new(settings_cache), Bounded::new(settings_cache));
         let idp = match &settings.external_idp {
             Some(idp) => Some(external_idp::ExternalIdp::start(idp.clone()).await),
             None => None,
@@ -138,6 +141,7 @@ impl App {
             metrics: Default::default(),
             journeys,
             idp,
+            subjects: Bounded::new(settings_cache),
             principals,
         });
         app.catch_up_views().await.context("cannot bring the views up to date")?;

@@ -254,7 +254,15 @@ impl App {
         if !verified.scopes.iter().any(|s| s == LEARN_SCOPE) {
             return Err(AppError::InsufficientScope);
         }
-        let learner_id = self.store.learner_for_subject(&idp.settings.issuer, &verified.subject, now.timestamp_millis()).await?;
+        // The mapping never changes once made: remembered, so a request costs no lookup.
+        let learner_id = match self.subjects.get(&verified.subject) {
+            Some(known) => known,
+            None => {
+                let id = self.store.learner_for_subject(&idp.settings.issuer, &verified.subject, now.timestamp_millis()).await?;
+                self.subjects.put(verified.subject, id.clone());
+                id
+            }
+        };
         Ok(Principal { role: Role::Learner, learner_id: Some(learner_id) })
     }
 

@@ -214,7 +214,7 @@ impl App {
         for (journey_id, state) in &states {
             let pack = self.pack_of(state)?;
             let view = view_of(state, &pack);
-            if live.get(journey_id) != Some(&(state.version, view.clone())) {
+            if live.get(journey_id).is_none_or(|(version, payload)| *version != state.version || *payload != view) {
                 differing.push(journey_id.clone());
             }
             rebuilt.push((journey_id.clone(), state.version, view));

@@ -44,8 +44,6 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
         .merge(mcp)
         .merge(crate::web::router(app_for_web))
-        // rmcp enforces the same limit itself (axum's does not reach a nested service).
-        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(limits, read_body))
 }
 

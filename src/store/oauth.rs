@@ -224,14 +224,6 @@ impl Store {
         .await
     }
 
-    /// Every registered client id (operator view and tests).
-    pub async fn oauth_client_ids(&self) -> Result<Vec<String>, StoreError> {
-        on_pool!(self, pool => {
-            let rows = sqlx::query("SELECT client_id FROM oauth_clients ORDER BY created_ms, client_id").fetch_all(pool).await?;
-            rows.iter().map(|r| r.try_get("client_id").map_err(StoreError::from)).collect()
-        })
-    }
-
     /// Revokes every refresh token of a family (a replayed code or refresh token).
     pub async fn revoke_refresh_family(&self, family_id: &str, now_ms: i64) -> Result<u64, StoreError> {
         let _turn = self.write_turn().await;

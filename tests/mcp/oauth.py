@@ -126,6 +126,7 @@ async def main():
                 check(len(tools.tools) == 10, "ten tools after authorization")
                 seen["pages"] = browser.pages
                 seen["registered"] = storage.client is not None and storage.client.client_id is not None
+                seen["client_id"] = storage.client.client_id
                 seen["scope"] = storage.tokens.scope if storage.tokens else None
                 first_access = storage.tokens.access_token
                 first_refresh = storage.tokens.refresh_token
