@@ -37,7 +37,7 @@ pub struct BenchOptions {
     /// Journeys for the RSS measurement.
     pub rss_journeys: usize,
     /// Content directory.
-    pub content: PathBuf,
+    pub content: Option<PathBuf>,
     /// Write an SVG plot of throughput against concurrency here.
     pub plot: Option<PathBuf>,
 }
@@ -89,11 +89,11 @@ impl Drop for Child {
     }
 }
 
-async fn spawn_server(db: &str, keys: &str, content: &PathBuf) -> anyhow::Result<Child> {
+async fn spawn_server(db: &str, keys: &str, content: Option<&PathBuf>) -> anyhow::Result<Child> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let process = std::process::Command::new(std::env::current_exe()?)
-        .args(["--db", db, "--content"])
-        .arg(content)
+        .args(["--db", db])
+        .args(content.map(|c| [std::ffi::OsStr::new("--content"), c.as_os_str()]).into_iter().flatten())
         .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
         .env("SKILLPILOT_CAPABILITY_KEYS", keys)
         .env("RUST_LOG", "warn,sqlx=error")
@@ -403,7 +403,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     settings.content_dir = options.content.clone();
     settings.capability_keys = Some(keys.to_owned());
     let app = App::build(settings, Arc::new(SystemClock)).await?;
-    let server = spawn_server(db, keys, &options.content).await?;
+    let server = spawn_server(db, keys, options.content.as_ref()).await?;
     let duration = Duration::from_secs(options.duration);
     let store = app.store.kind();
     eprintln!("bench: {store} store, concurrency {:?}, {} s per level", options.concurrency, options.duration);
@@ -496,11 +496,15 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
         "write_p99_vs_insert_p99": report["writes"]["p99_ms"].as_f64().unwrap_or(f64::NAN) / base["p99_ms"].as_f64().unwrap_or(f64::NAN),
         "long_stream_write_p50_vs_fresh": long_p50 / fresh_p50,
     });
+    let targets = json!({"write_vs_insert": ">= 0.5", "read_vs_write": ">= 2", "replay_vs_scan": ">= 0.25", "write_p99_vs_insert_p99": "<= 4", "long_stream_write_p50_vs_fresh": "<= 1.5"});
+    let verdict: serde_json::Map<String, Value> =
+        verdicts(&ratios, &targets).into_iter().map(|v| (v.name, json!(if v.met { "met" } else { "missed" }))).collect();
     let out = json!({
         "store": store,
         "ratios": ratios,
+        "verdict": verdict,
         "ratios_at_concurrency": key_level,
-        "targets": {"write_vs_insert": ">= 0.5", "read_vs_write": ">= 2", "replay_vs_scan": ">= 0.25", "write_p99_vs_insert_p99": "<= 4", "long_stream_write_p50_vs_fresh": "<= 1.5"},
+        "targets": targets,
         "levels": levels,
         "read_capacity": read_capacity,
         "replay": {"events": replay.events, "events_per_second": replay_rate, "raw_scan_events_per_second": scan_rate},
@@ -511,6 +515,38 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
         std::fs::write(path, plot(&out)).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(out)
+}
+
+/// One ratio measured against its target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// The ratio's name.
+    pub name: String,
+    /// The measured value (NaN when it could not be measured).
+    pub value: f64,
+    /// The target, `>= x` or `<= x`.
+    pub target: String,
+    /// Whether the value meets the target (a value that could not be measured never does).
+    pub met: bool,
+}
+
+/// Every ratio that has a target, judged. A target that cannot be read is missed, never met.
+pub fn verdicts(ratios: &Value, targets: &Value) -> Vec<Verdict> {
+    let Some(targets) = targets.as_object() else { return Vec::new() };
+    targets
+        .iter()
+        .map(|(name, target)| {
+            let target = target.as_str().unwrap_or_default().to_owned();
+            let value = ratios[name].as_f64().unwrap_or(f64::NAN);
+            let bound = |prefix: &str| target.strip_prefix(prefix).and_then(|b| b.trim().parse::<f64>().ok());
+            let met = match (bound(">="), bound("<=")) {
+                (Some(b), _) => value >= b,
+                (_, Some(b)) => value <= b,
+                _ => false,
+            };
+            Verdict { name: name.clone(), value, target, met }
+        })
+        .collect()
 }
 
 /// An SVG line plot of writes/s, reads/s and baseline inserts/s against concurrency.
@@ -562,4 +598,17 @@ pub fn plot(report: &Value) -> String {
     }
     svg.push_str("</svg>");
     svg
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::*;
+
+    #[test]
+    fn each_ratio_is_judged_against_its_bound_and_an_unmeasured_one_is_missed() {
+        let targets = json!({"a": ">= 0.5", "b": "<= 4", "c": ">= 1", "d": "about 2"});
+        let ratios = json!({"a": 0.7, "b": 4.5, "c": null, "d": 2.0});
+        let got: Vec<(String, bool)> = verdicts(&ratios, &targets).into_iter().map(|v| (v.name, v.met)).collect();
+        assert_eq!(got, vec![("a".into(), true), ("b".into(), false), ("c".into(), false), ("d".into(), false)]);
+    }
 }

@@ -1,5 +1,7 @@
-//! The installed curricula: every `*/pack.json` under the content directory, each validated
-//! at load. A journey keeps the pack version it started with; new journeys get the newest.
+//! The installed curricula: the packs shipped under `content/` are compiled into the binary, so
+//! it serves from any working directory; an optional content directory adds packs or overrides a
+//! shipped one (same curriculum id and version). Every pack is validated at load. A journey keeps
+//! the pack version it started with; new journeys get the newest.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -7,6 +9,10 @@ use std::sync::Arc;
 
 use aggregates::curriculum::Pack;
 use anyhow::Context;
+use include_dir::{include_dir, Dir};
+
+/// The packs shipped with this build (`content/<pack>/pack.json` and its `assets/`).
+static SHIPPED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/content");
 
 /// Loaded packs by curriculum id and version.
 #[derive(Clone, Debug, Default)]
@@ -14,26 +20,78 @@ pub struct Catalog {
     packs: BTreeMap<String, BTreeMap<u32, Arc<Pack>>>,
 }
 
+/// Where a pack came from, for messages and the start-up summary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    Shipped,
+    Directory,
+}
+
 impl Catalog {
-    /// Loads every pack below `dir` (one folder per pack version, each with `pack.json` and
-    /// an `assets/` folder). Any invalid pack stops the load with its file and field.
-    pub fn load(dir: &Path) -> anyhow::Result<Self> {
+    /// The shipped packs, then every pack below `extra` (one folder per pack version, each with
+    /// `pack.json` and an `assets/` folder): a pack there with the id and version of a shipped
+    /// one replaces it, any other is added. Any invalid pack stops the load with its file and
+    /// field.
+    pub fn load(extra: Option<&Path>) -> anyhow::Result<Self> {
         let mut catalog = Self::default();
+        let mut shipped: Vec<_> = SHIPPED.dirs().filter(|d| d.get_file(d.path().join("pack.json")).is_some()).collect();
+        shipped.sort_by_key(|d| d.path());
+        for dir in shipped {
+            let file = dir.path().join("pack.json");
+            let json =
+                dir.get_file(&file).and_then(|f| f.contents_utf8()).with_context(|| format!("shipped {} is not UTF-8", file.display()))?;
+            let assets = dir.path().join("assets");
+            let pack = Pack::from_json(&format!("(shipped) {}", file.display()), json, |asset| {
+                dir.get_file(assets.join(asset)).and_then(|f| f.contents_utf8()).map(str::to_owned)
+            })?;
+            catalog.add(pack, Origin::Shipped, &file.display().to_string())?;
+        }
+        if let Some(dir) = extra {
+            catalog.load_dir(dir)?;
+        }
+        anyhow::ensure!(!catalog.packs.is_empty(), "no curriculum installed (expected */pack.json)");
+        Ok(catalog)
+    }
+
+    fn load_dir(&mut self, dir: &Path) -> anyhow::Result<()> {
         let entries = std::fs::read_dir(dir).with_context(|| format!("cannot read the content directory {}", dir.display()))?;
         let mut folders: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.join("pack.json").is_file()).collect();
+        anyhow::ensure!(!folders.is_empty(), "the content directory {} holds no pack (expected */pack.json)", dir.display());
         folders.sort();
+        let mut seen = std::collections::BTreeSet::new();
         for folder in folders {
             let file = folder.join("pack.json");
             let json = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
             let assets = folder.join("assets");
-            let name = file.strip_prefix(dir).unwrap_or(&file).display().to_string();
+            let name = file.display().to_string();
             let pack = Pack::from_json(&name, &json, |asset| std::fs::read_to_string(assets.join(asset)).ok())?;
-            let versions = catalog.packs.entry(pack.id.clone()).or_default();
-            anyhow::ensure!(!versions.contains_key(&pack.version), "{name}: version: {} of `{}` is installed twice", pack.version, pack.id);
-            versions.insert(pack.version, Arc::new(pack));
+            anyhow::ensure!(
+                seen.insert((pack.id.clone(), pack.version)),
+                "{name}: version: {} of `{}` is installed twice",
+                pack.version,
+                pack.id
+            );
+            self.add(pack, Origin::Directory, &name)?;
         }
-        anyhow::ensure!(!catalog.packs.is_empty(), "no curriculum found under {} (expected */pack.json)", dir.display());
-        Ok(catalog)
+        Ok(())
+    }
+
+    fn add(&mut self, pack: Pack, origin: Origin, name: &str) -> anyhow::Result<()> {
+        let versions = self.packs.entry(pack.id.clone()).or_default();
+        anyhow::ensure!(
+            origin == Origin::Directory || !versions.contains_key(&pack.version),
+            "{name}: version: {} of `{}` is installed twice",
+            pack.version,
+            pack.id
+        );
+        versions.insert(pack.version, Arc::new(pack));
+        Ok(())
+    }
+
+    /// `id@version` of every installed pack, for the start-up summary.
+    pub fn summary(&self) -> String {
+        let all: Vec<String> = self.packs.iter().flat_map(|(id, v)| v.keys().map(move |n| format!("{id}@{n}"))).collect();
+        all.join(",")
     }
 
     /// The newest version of a curriculum.
@@ -49,5 +107,49 @@ impl Catalog {
     /// The newest version of every installed curriculum.
     pub fn all_latest(&self) -> Vec<Arc<Pack>> {
         self.packs.values().filter_map(|v| v.values().next_back().cloned()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_curriculum_loads_without_any_directory() {
+        let catalog = Catalog::load(None).unwrap();
+        let pack = catalog.latest("fractions").unwrap();
+        assert!(pack.goals.iter().any(|g| g.visualization.as_ref().is_some_and(|v| v.svg.contains("<svg"))));
+    }
+
+    #[test]
+    fn a_directory_pack_with_the_same_version_replaces_the_shipped_one_and_a_new_version_is_added() {
+        let shipped = Catalog::load(None).unwrap().latest("fractions").unwrap();
+        let tmp = std::env::temp_dir().join(format!("sp_catalog_{}", uuid::Uuid::new_v4().simple()));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("content/fractions");
+        for (folder, version, title) in [("same", shipped.version, "Replaced"), ("next", shipped.version + 1, "Next")] {
+            let dir = tmp.join(folder);
+            std::fs::create_dir_all(dir.join("assets")).unwrap();
+            for asset in std::fs::read_dir(src.join("assets")).unwrap() {
+                let asset = asset.unwrap().path();
+                std::fs::copy(&asset, dir.join("assets").join(asset.file_name().unwrap())).unwrap();
+            }
+            let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("pack.json")).unwrap()).unwrap();
+            json["version"] = version.into();
+            json["title"]["en"] = title.into();
+            std::fs::write(dir.join("pack.json"), json.to_string()).unwrap();
+        }
+        let catalog = Catalog::load(Some(&tmp)).unwrap();
+        std::fs::remove_dir_all(&tmp).ok();
+        assert_eq!(catalog.version("fractions", shipped.version).unwrap().title.get("en").map(String::as_str), Some("Replaced"));
+        assert_eq!(catalog.latest("fractions").unwrap().version, shipped.version + 1);
+    }
+
+    #[test]
+    fn a_content_directory_without_packs_is_an_error_naming_it() {
+        let tmp = std::env::temp_dir().join(format!("sp_catalog_{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let err = Catalog::load(Some(&tmp)).unwrap_err().to_string();
+        std::fs::remove_dir_all(&tmp).ok();
+        assert!(err.contains(&tmp.display().to_string()), "{err}");
     }
 }

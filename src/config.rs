@@ -15,8 +15,8 @@ pub struct Settings {
     pub db: DbUrl,
     /// Listen address, `HOST:PORT` (port 0 picks a free one).
     pub addr: String,
-    /// The content directory with the curricula.
-    pub content_dir: PathBuf,
+    /// A directory of curriculum packs added to (or overriding) the shipped ones.
+    pub content_dir: Option<PathBuf>,
     /// The externally visible base URL (start URLs, OAuth metadata).
     pub public_url: String,
     /// Locale of a new journey when the learner names none.
@@ -47,6 +47,8 @@ pub struct Settings {
     /// A context read within this many milliseconds after a successful write is a suspected
     /// redundant reload.
     pub reload_gap_ms: i64,
+    /// When set, `/metrics` requires this bearer token.
+    pub metrics_token: Option<String>,
 }
 
 /// What the HTTP server takes from a client before it gives up on it.
@@ -71,7 +73,7 @@ impl Settings {
         Self {
             db,
             addr: "127.0.0.1:8080".into(),
-            content_dir: PathBuf::from("content"),
+            content_dir: None,
             public_url: "http://127.0.0.1:8080".into(),
             default_locale: "de".into(),
             session_idle: Duration::hours(12),
@@ -86,6 +88,7 @@ impl Settings {
             seams_lock: None,
             quota_window: 1000,
             reload_gap_ms: 2000,
+            metrics_token: None,
         }
     }
 
@@ -110,6 +113,8 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("oauth_issuer", "SKILLPILOT_OAUTH_ISSUER"),
     ("oauth_jwks", "SKILLPILOT_OAUTH_JWKS"),
     ("oauth_audience", "SKILLPILOT_OAUTH_AUDIENCE"),
+    ("log_format", "SKILLPILOT_LOG_FORMAT"),
+    ("metrics_token", "SKILLPILOT_METRICS_TOKEN"),
 ];
 
 /// Reads the TOML file named by `SKILLPILOT_CONFIG` (or `--config FILE` on the command line)

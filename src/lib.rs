@@ -15,4 +15,12 @@ pub mod metrics;
 pub mod registry;
 pub mod startup;
 pub mod store;
+pub mod telemetry;
 pub mod web;
+
+/// The version `--version`, `/metrics` and the start-up line report: the package version and
+/// the git commit it was built from (`unknown` outside a git checkout).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("SKILLPILOT_GIT_COMMIT"), ")");
+
+/// The git commit alone.
+pub const GIT_COMMIT: &str = env!("SKILLPILOT_GIT_COMMIT");

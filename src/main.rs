@@ -2,7 +2,6 @@
 //! logging, run. Precedence: flags, then environment, then the config file, then defaults.
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use skillpilot::cli::{run, Cli};
 use skillpilot::config::apply_config_file;
@@ -13,9 +12,8 @@ fn main() -> std::process::ExitCode {
         eprintln!("skillpilot: {e:#}");
         return std::process::ExitCode::FAILURE;
     }
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=error,rmcp=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let cli = Cli::parse();
+    skillpilot::telemetry::init(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

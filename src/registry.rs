@@ -268,6 +268,11 @@ impl Registry {
         self.tools.iter().any(|t| t.name == name && t.grade > Grade::Restricted)
     }
 
+    /// How many tools are bound.
+    pub fn bound_count(&self) -> usize {
+        self.tools.iter().filter(|t| t.grade != Grade::Refused).count()
+    }
+
     /// Names of refused tools.
     pub fn refused(&self) -> Vec<&'static str> {
         self.tools.iter().filter(|t| t.grade == Grade::Refused).map(|t| t.name).collect()

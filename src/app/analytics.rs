@@ -33,6 +33,11 @@ pub struct ViewDef {
 }
 
 /// Every analyst view.
+/// The names of every analyst view, for messages that list them.
+pub fn view_names() -> Vec<&'static str> {
+    VIEWS.iter().map(|v| v.name).collect()
+}
+
 pub const VIEWS: &[ViewDef] = &[
     ViewDef {
         name: "goal-mastery",
@@ -240,7 +245,7 @@ impl App {
             .collect())
     }
 
-    /// The rows of one view, caught up first.
+    /// The rows of one view, caught up first; `NotFound` for a name not in [`view_names`].
     pub async fn analytics_table(&self, name: &str) -> Result<Table, AppError> {
         let def = VIEWS.iter().find(|v| v.name == name).ok_or(AppError::NotFound { what: "analytics view" })?;
         if def.projected {

@@ -53,6 +53,9 @@ pub struct App {
     pub(crate) subjects: Bounded<String, String>,
     /// Recently resolved bearer tokens (by hash), each for `identity::PRINCIPAL_TTL`.
     pub(crate) principals: Bounded<String, (identity::Principal, std::time::Instant)>,
+    /// Whether a learner or OAuth client is still active (not revoked), each for
+    /// `identity::PRINCIPAL_TTL`.
+    pub(crate) standing: Bounded<String, (bool, std::time::Instant)>,
 }
 
 impl App {
@@ -90,6 +93,13 @@ impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
         }
     }
 
+    /// Drops every entry.
+    pub fn clear(&self) {
+        if let Ok(mut cache) = self.0.lock() {
+            cache.clear();
+        }
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.0.lock().map(|c| c.len()).unwrap_or(0)
@@ -104,24 +114,21 @@ impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
 impl App {
     /// Connects, migrates and loads the content. Errors name what failed.
     pub async fn build(settings: Settings, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<Self>> {
-        let keys = match (&settings.capability_keys, &settings.db) {
-            (Some(spec), _) => Keys::parse(spec).context("SKILLPILOT_CAPABILITY_KEYS")?,
-            (None, DbUrl::Sqlite(path)) => Keys::dev_key_beside(std::path::Path::new(path))?,
-            (None, DbUrl::Postgres(_)) => anyhow::bail!(
-                "SKILLPILOT_CAPABILITY_KEYS is required with PostgreSQL (several instances must share the keys); generate one with `skillpilot keygen`"
-            ),
+        // Everything that can be checked without touching the disk is checked first, so a
+        // mistyped option never leaves a database or a key file behind.
+        let catalog = Catalog::load(settings.content_dir.as_deref())?;
+        let lock = match &settings.seams_lock {
+            Some(path) => Lock::read(path)?,
+            None => Lock::parse(COMMITTED_LOCK)?,
         };
+        settings.db.validate()?;
+        let keys = Keys::for_store(settings.capability_keys.as_deref(), &settings.db)?;
         let store = Store::connect(&settings.db, &settings.pool)
             .await
             .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
         store.migrate().await.context("cannot apply the migrations")?;
         let store = Arc::new(store);
         let side = side_writer::SideWriter::start(store.clone());
-        let catalog = Catalog::load(&settings.content_dir)?;
-        let lock = match &settings.seams_lock {
-            Some(path) => Lock::read(path)?,
-            None => Lock::parse(COMMITTED_LOCK)?,
-        };
         let registry = Registry::start(&lock);
         let settings_cache = settings.journey_cache;
         let (journeys, principals) = (Bounded::new(settings_cache), Bounded::new(settings_cache));
@@ -143,6 +150,7 @@ impl App {
             idp,
             subjects: Bounded::new(settings_cache),
             principals,
+            standing: Bounded::new(settings_cache),
         });
         app.catch_up_views().await.context("cannot bring the views up to date")?;
         // Analytics are caught up by every read and by the server's background projector; a

@@ -519,7 +519,8 @@ impl App {
     /// The resource server's check of an OAuth access token: sealed by us, unexpired, issued
     /// for this resource and carrying the learn scope. A valid token without the scope is
     /// `InsufficientScope` (403), anything else `Unauthorized` (401).
-    pub fn authenticate_access(&self, token: &str) -> Result<Principal, AppError> {
+    /// Returns the principal and the client the token was issued to.
+    pub fn authenticate_access(&self, token: &str) -> Result<(Principal, String), AppError> {
         let claims: AccessClaims = self.keys.open_access(token).ok_or(AppError::Unauthorized)?;
         if claims.iss != self.oauth_issuer() || claims.aud != self.mcp_resource() || claims.exp <= self.clock.now().timestamp() {
             return Err(AppError::Unauthorized);
@@ -527,7 +528,7 @@ impl App {
         if !claims.scope.split_whitespace().any(|s| s == LEARN_SCOPE) {
             return Err(AppError::InsufficientScope);
         }
-        Ok(Principal { role: Role::Learner, learner_id: Some(claims.sub) })
+        Ok((Principal { role: Role::Learner, learner_id: Some(claims.sub) }, claims.client_id))
     }
 }
 

@@ -121,6 +121,11 @@ impl App {
         Ok(count)
     }
 
+    /// Whether any event of this journey is in the log.
+    pub async fn journey_exists(&self, journey_id: &str) -> Result<bool, AppError> {
+        Ok(!self.store.events_upto(journey_id, 1).await?.is_empty())
+    }
+
     /// Verifies every chain, reports progress every `every` events, and records the run.
     pub async fn audit_verify_recorded(&self, every: usize, progress: impl FnMut(usize)) -> Result<AuditReport, AppError> {
         let report = self.audit_verify_with(every, progress).await?;

@@ -49,46 +49,79 @@ impl std::fmt::Debug for Keys {
 }
 
 impl Keys {
-    /// Reads `kid:base64url[,kid:base64url…]`.
+    /// Reads `kid:base64url[,kid:base64url…]`; a key id given twice is an error (a rotation
+    /// that reused an id would silently drop one of the keys).
     pub fn parse(spec: &str) -> anyhow::Result<Self> {
         let mut keys = BTreeMap::new();
         let mut current = None;
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (kid, b64) = part.split_once(':').context("a capability key must look like kid:base64url")?;
+            anyhow::ensure!(is_key_id(kid), "capability key id `{kid}` must be 1 to 64 letters, digits, '-' or '_'");
             let bytes = URL_SAFE_NO_PAD.decode(b64.trim_end_matches('=')).context("a capability key is not base64url")?;
             anyhow::ensure!(bytes.len() == 32, "capability key `{kid}` must be 32 bytes");
             let key = SymmetricKey::<V4>::from(&bytes).map_err(|e| anyhow::anyhow!("capability key `{kid}`: {e:?}"))?;
             current.get_or_insert_with(|| kid.to_owned());
-            keys.insert(kid.to_owned(), key);
+            anyhow::ensure!(keys.insert(kid.to_owned(), key).is_none(), "capability key id `{kid}` is given twice");
         }
         let current = current.context("no capability key given")?;
         Ok(Self { current, keys })
     }
 
-    /// A fresh random key spec (for `skillpilot` development set-ups).
-    pub fn generate_spec() -> anyhow::Result<String> {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
-        Ok(format!("dev1:{}", URL_SAFE_NO_PAD.encode(bytes)))
+    /// The id of the key new tokens are sealed with.
+    pub fn current_kid(&self) -> &str {
+        &self.current
     }
 
-    /// The development key stored next to a SQLite database file, created on first use.
-    pub fn dev_key_beside(db_file: &Path) -> anyhow::Result<Self> {
-        let path = db_file.with_extension("capability-key");
-        let spec = match std::fs::read_to_string(&path) {
-            Ok(s) => s,
-            Err(_) => {
-                let spec = Self::generate_spec()?;
-                std::fs::write(&path, &spec).with_context(|| format!("cannot write the development key {}", path.display()))?;
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::PermissionsExt;
-                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).ok();
-                }
-                spec
-            }
+    /// A fresh random key spec `kid:base64url` (for `skillpilot keygen`).
+    pub fn generate_spec_with(kid: &str) -> anyhow::Result<String> {
+        anyhow::ensure!(is_key_id(kid), "key id `{kid}` must be 1 to 64 letters, digits, '-' or '_'");
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        Ok(format!("{kid}:{}", URL_SAFE_NO_PAD.encode(bytes)))
+    }
+
+    /// A fresh random key spec whose id is the current UTC time (`k20261203T0835`), so keys made
+    /// on different days never share an id.
+    pub fn generate_spec() -> anyhow::Result<String> {
+        Self::generate_spec_with(&format!("k{}", Utc::now().format("%Y%m%dT%H%M%S")))
+    }
+
+    /// The file holding the key of a SQLite database when no keys are configured: beside it,
+    /// `<db>.capability-key`. Backups carry it along.
+    pub fn key_file_of(db_file: &Path) -> std::path::PathBuf {
+        db_file.with_extension("capability-key")
+    }
+
+    /// The keys for a store: the configured ones; for a SQLite file without configured keys the
+    /// key file beside it, created together with a new database. A database that exists without
+    /// its key file is an error naming the file: a new key would silently invalidate every open
+    /// learning session and outstanding capability.
+    pub fn for_store(spec: Option<&str>, db: &crate::store::DbUrl) -> anyhow::Result<Self> {
+        if let Some(spec) = spec {
+            return Self::parse(spec).context("SKILLPILOT_CAPABILITY_KEYS");
+        }
+        let Some(db_file) = db.sqlite_path() else {
+            anyhow::bail!(
+                "SKILLPILOT_CAPABILITY_KEYS is required with PostgreSQL (several instances must share the keys); generate one with `skillpilot keygen`"
+            )
         };
-        Self::parse(spec.trim())
+        let path = Self::key_file_of(db_file);
+        match std::fs::read_to_string(&path) {
+            Ok(spec) => Self::parse(spec.trim()).with_context(|| format!("the capability key file {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let db_exists = std::fs::metadata(db_file).is_ok_and(|m| m.len() > 0);
+                anyhow::ensure!(
+                    !db_exists,
+                    "the database {} exists but its capability key file {} is missing: restore it from the backup (`skillpilot backup` copies it) or set SKILLPILOT_CAPABILITY_KEYS; a new key would invalidate every open learning session",
+                    db_file.display(),
+                    path.display()
+                );
+                let spec = Self::generate_spec()?;
+                write_private(&path, &spec).with_context(|| format!("cannot write the capability key file {}", path.display()))?;
+                Self::parse(&spec)
+            }
+            Err(e) => Err(e).with_context(|| format!("cannot read the capability key file {}", path.display())),
+        }
     }
 
     fn seal(&self, claims: &impl Serialize, purpose: &[u8]) -> String {
@@ -112,6 +145,25 @@ impl Keys {
         let trusted = LocalToken::decrypt(key, &untrusted, None, Some(purpose)).ok()?;
         serde_json::from_str(trusted.payload()).ok()
     }
+}
+
+fn is_key_id(kid: &str) -> bool {
+    (1..=64).contains(&kid.len()) && kid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// Writes a secret readable by its owner only (created with mode 0600, never widened).
+pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()
 }
 
 /// What an option token says.
@@ -306,13 +358,26 @@ mod tests {
     }
 
     #[test]
-    fn an_old_key_still_opens_after_rotation() {
-        let old = Keys::generate_spec().unwrap().replace("dev1", "k1");
-        let new = Keys::generate_spec().unwrap().replace("dev1", "k2");
+    fn an_old_key_still_opens_after_rotation_until_it_is_removed() {
+        let old = Keys::generate_spec_with("k1").unwrap();
+        let new = Keys::generate_spec_with("k2").unwrap();
         let before = Keys::parse(&old).unwrap();
-        let after = Keys::parse(&format!("{new},{old}")).unwrap();
+        let during = Keys::parse(&format!("{new},{old}")).unwrap();
+        let after = Keys::parse(&new).unwrap();
+        assert_eq!(during.current_kid(), "k2");
         let now = Utc::now();
         let token = sealer(&before, now).seal_capability(3, CapabilityStep::RecallAnswers, 3);
-        assert_eq!(after.open_capability(&token, "s1", "j1", now).unwrap().inst, 3);
+        assert_eq!(during.open_capability(&token, "s1", "j1", now).unwrap().inst, 3);
+        assert!(matches!(after.open_capability(&token, "s1", "j1", now), Err(AppError::CapabilityInvalid)));
+    }
+
+    #[test]
+    fn a_key_id_given_twice_or_malformed_is_refused() {
+        let a = Keys::generate_spec_with("k1").unwrap();
+        let b = Keys::generate_spec_with("k1").unwrap();
+        let err = Keys::parse(&format!("{a},{b}")).unwrap_err().to_string();
+        assert!(err.contains("`k1` is given twice"), "{err}");
+        assert!(Keys::generate_spec_with("no spaces").is_err());
+        assert!(Keys::generate_spec().unwrap().starts_with('k'));
     }
 }

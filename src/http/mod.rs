@@ -24,6 +24,7 @@ pub fn router(app: Arc<App>) -> Router {
     let limits = app.settings.http.clone();
     let mcp = crate::mcp::router(app.clone(), &app.settings.mcp, limits.max_body_bytes);
     let app_for_web = app.clone();
+    let app_for_log = app.clone();
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -45,6 +46,46 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(mcp)
         .merge(crate::web::router(app_for_web))
         .layer(axum::middleware::from_fn_with_state(limits, read_body))
+        .layer(axum::middleware::from_fn_with_state(app_for_log, access_log))
+}
+
+/// One access-log line and one metrics sample per request: method, path (never the query,
+/// which can carry codes and states), route pattern, status, duration and a request id (the
+/// client's `X-Request-Id` when it is a plain token, else a new one; echoed in the response).
+/// Never a header value or a body.
+async fn access_log(State(app): State<Arc<App>>, mut request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| (1..=64).contains(&v.len()) && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let method = request.method().clone();
+    let path = request.uri().path().chars().take(200).collect::<String>();
+    let route = request.extensions().get::<axum::extract::MatchedPath>().map(|m| m.as_str().to_owned());
+    if let Ok(v) = header::HeaderValue::from_str(&request_id) {
+        request.headers_mut().insert("x-request-id", v);
+    }
+    let mut response = next.run(request).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let status = response.status().as_u16();
+    let route = route.unwrap_or_else(|| if path.starts_with("/mcp") { "/mcp".to_owned() } else { "unmatched".to_owned() });
+    app.metrics.http(&route, method.as_str(), status, seconds);
+    tracing::info!(
+        target: "skillpilot::access",
+        method = %method,
+        path = %path,
+        status,
+        duration_ms = seconds * 1000.0,
+        request_id = %request_id,
+        "request"
+    );
+    if let Ok(v) = header::HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-request-id", v);
+    }
+    response
 }
 
 /// Reads every request body whole, within the size limit and the client timeout, before any
@@ -75,12 +116,21 @@ fn is_length_limit(e: &axum::Error) -> bool {
     false
 }
 
-/// Prometheus text exposition; the projector lag is refreshed on each scrape.
-async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+/// Prometheus text exposition; the projector lag, the pool and the process are sampled on each
+/// scrape. With a configured metrics token only a request bearing it is answered.
+async fn metrics(State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(expected) = &app.settings.metrics_token {
+        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::bearer_of);
+        // Compared as hashes: equal-length digests, so the comparison time says nothing of the token.
+        if given.map(|g| blake3::hash(g.as_bytes())) != Some(blake3::hash(expected.as_bytes())) {
+            return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")]).into_response();
+        }
+    }
     if let Ok(status) = app.analytics_status().await {
         app.metrics.set_projection_lag(status.iter().map(|s| s.lag).max().unwrap_or(0));
     }
-    ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render())
+    app.metrics.sample(app.store.pool_sample(app.settings.pool.max_connections));
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render()).into_response()
 }
 
 async fn healthz() -> &'static str {

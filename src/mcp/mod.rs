@@ -24,6 +24,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{json, Value};
+use tracing::Instrument;
 
 use crate::app::identity::{Principal, Role};
 use crate::app::App;
@@ -167,6 +168,18 @@ impl CoachServer {
             }
         };
         self.app.metrics.tool(tool_name, exit.phase, started.elapsed().as_secs_f64());
+        let span = tracing::Span::current();
+        if let Some(journey) = &exit.journey_id {
+            span.record("journey_id", journey.as_str());
+        }
+        span.record("outcome", exit.code.unwrap_or(exit.phase));
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        // A server fault is a warning for the operator; anything the client caused is not.
+        if exit.code.is_some_and(|c| c == "INTERNAL" || c == "STORE_UNAVAILABLE") {
+            tracing::warn!(duration_ms, events = exit.events_appended, "tool call failed");
+        } else {
+            tracing::info!(duration_ms, events = exit.events_appended, "tool call");
+        }
         self.audit(exit).await;
         Some(result)
     }
@@ -196,8 +209,18 @@ impl ServerHandler for CoachServer {
         let call_id = uuid::Uuid::new_v4().to_string();
         let name = request.name.to_string();
         let args = request.arguments.map(Value::Object).unwrap_or_else(|| json!({}));
-        let handler = tokio::spawn(self.clone().handle(principal, call_id.clone(), name.clone(), args));
-        let outcome = tokio::time::timeout(self.app.settings.mcp.handler_timeout, handler).await;
+        // One span per call: every line logged inside it carries the call, the tool, and (once
+        // known) the journey and the outcome code.
+        let span = tracing::info_span!(
+            "tool_call",
+            call_id = %call_id,
+            tool = %name,
+            journey_id = tracing::field::Empty,
+            outcome = tracing::field::Empty
+        );
+        let handler = tokio::spawn(self.clone().handle(principal, call_id.clone(), name.clone(), args).instrument(span.clone()));
+        let outcome = tokio::time::timeout(self.app.settings.mcp.handler_timeout, handler).instrument(span.clone()).await;
+        let _entered = span.enter();
         let locale = self.app.settings.default_locale.clone();
         let dispatcher_error = |tool: &str, code: &'static str| {
             let mut row = self.row(&call_id, "error", "dispatcher", tool);
@@ -207,13 +230,17 @@ impl ServerHandler for CoachServer {
         match outcome {
             Ok(Ok(Some(result))) => result.map(CallToolResponse::from),
             Ok(Ok(None)) => {
+                // The client's mistake, not a server fault.
+                span.record("outcome", "UNKNOWN_TOOL");
+                tracing::info!("tool call refused: no such tool");
                 self.audit(dispatcher_error("unknown", "VALIDATION_FAILED")).await;
                 Err(McpError::invalid_params("unknown tool", None))
             }
             Ok(Err(_)) | Err(_) => {
                 // The handler panicked or timed out: its outcome is unknown, so this exit never
                 // claims "not stored"; a late handler's own exit is refused by the audit table.
-                tracing::error!(tool = %name, "tool handler panicked or timed out");
+                span.record("outcome", "INTERNAL");
+                tracing::error!("tool handler panicked or timed out");
                 self.audit(dispatcher_error(&name, "INTERNAL")).await;
                 let err = AppError::Internal;
                 call_result(error_result(&self.app, &err, &locale), err.finding(&locale), true, None).map(CallToolResponse::from)

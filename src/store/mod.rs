@@ -3,7 +3,9 @@
 //! the store crates' own repositories (their transaction, their conflict mapping); everything
 //! else here is plain SQL written once and run on both, since both dialects accept it.
 
+pub mod backup;
 pub mod chain;
+pub mod identity;
 pub mod oauth;
 pub mod projector;
 
@@ -37,8 +39,15 @@ pub enum StoreError {
     Database(String),
 }
 
+/// Pool acquisitions that timed out in this process (every one becomes `STORE_UNAVAILABLE`);
+/// process-wide because the conversion below has no handle to a store.
+static POOL_TIMEOUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
+        if matches!(err, sqlx::Error::PoolTimedOut) {
+            POOL_TIMEOUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         match err {
             sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) => {
                 Self::Unavailable(err.to_string())
@@ -119,6 +128,41 @@ impl DbUrl {
         } else {
             let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
             Self::Sqlite(path.to_owned())
+        }
+    }
+}
+
+impl DbUrl {
+    /// Checks the URL without connecting or creating anything: a known scheme, a PostgreSQL URL
+    /// that parses, a SQLite file whose folder exists.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        match self {
+            Self::Postgres(url) => {
+                PgConnectOptions::from_str(url).map_err(|e| anyhow::anyhow!("the database URL is not a valid PostgreSQL URL: {e}"))?;
+            }
+            Self::Sqlite(path) => {
+                if let Some((scheme, _)) = path.split_once("://") {
+                    anyhow::bail!("unknown database scheme `{scheme}://`: use a SQLite file (sqlite://PATH) or postgres://…");
+                }
+                anyhow::ensure!(!path.trim().is_empty(), "the SQLite database path is empty");
+                let parent = std::path::Path::new(path).parent().filter(|p| !p.as_os_str().is_empty());
+                if let Some(dir) = parent {
+                    anyhow::ensure!(
+                        dir.is_dir(),
+                        "the folder of the SQLite database {path} does not exist: create {} first",
+                        dir.display()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The SQLite file, when this is one.
+    pub fn sqlite_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Self::Sqlite(p) => Some(std::path::Path::new(p)),
+            Self::Postgres(_) => None,
         }
     }
 }
@@ -277,6 +321,12 @@ impl Store {
     /// A cheap round trip, for `/readyz`.
     pub async fn ping(&self) -> Result<(), StoreError> {
         on_pool!(self, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()).map_err(StoreError::from))
+    }
+
+    /// The pool as a scrape reports it.
+    pub fn pool_sample(&self, max: u32) -> crate::metrics::PoolSample {
+        let (size, idle) = on_pool!(self, pool => (pool.size(), u32::try_from(pool.num_idle()).unwrap_or(u32::MAX)));
+        crate::metrics::PoolSample { size, idle, max, timeouts: POOL_TIMEOUTS.load(std::sync::atomic::Ordering::Relaxed) }
     }
 
     /// Closes the pool (graceful shutdown).
@@ -485,7 +535,14 @@ impl Store {
     /// The role and learner of a token hash.
     pub async fn token(&self, token_hash: &str) -> Result<Option<(String, Option<String>)>, StoreError> {
         on_pool!(self, pool => {
-            let row = sqlx::query("SELECT role, learner_id FROM tokens WHERE token_hash = $1").bind(token_hash).fetch_optional(pool).await?;
+            // A revoked token, or any token of a revoked learner, is unknown.
+            let row = sqlx::query(
+                "SELECT t.role, t.learner_id FROM tokens t LEFT JOIN learners l ON l.learner_id = t.learner_id \
+                 WHERE t.token_hash = $1 AND t.revoked_ms IS NULL AND l.revoked_ms IS NULL",
+            )
+            .bind(token_hash)
+            .fetch_optional(pool)
+            .await?;
             match row {
                 None => Ok(None),
                 Some(r) => Ok(Some((r.try_get("role")?, r.try_get("learner_id")?))),

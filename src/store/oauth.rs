@@ -92,7 +92,7 @@ impl Store {
     /// A registered client.
     pub async fn oauth_client(&self, client_id: &str) -> Result<Option<OAuthClient>, StoreError> {
         on_pool!(self, pool => {
-            let row = sqlx::query("SELECT client_id, client_name, redirect_uris FROM oauth_clients WHERE client_id = $1")
+            let row = sqlx::query("SELECT client_id, client_name, redirect_uris FROM oauth_clients WHERE client_id = $1 AND revoked_ms IS NULL")
                 .bind(client_id)
                 .fetch_optional(pool)
                 .await?;

@@ -59,6 +59,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/progress", get(progress))
         .route("/operator", get(operator))
         .route("/operator/audit", post(operator_audit))
+        .route("/operator/revoke", post(operator_revoke))
         .route("/oauth/authorize", get(oauth::authorize).post(oauth::decide))
         .with_state(state)
 }
@@ -71,6 +72,8 @@ struct Web {
 /// What the sealed sign-in cookie holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct WebClaims {
+    /// The server-side web session (sign-out and revocation end it).
+    wsid: String,
     role: String,
     lid: Option<String>,
     exp: i64,
@@ -111,10 +114,14 @@ impl Web {
         }
     }
 
-    fn principal(&self, headers: &HeaderMap) -> Option<Principal> {
+    /// The signed-in principal and its web session id: the sealed cookie must open, be
+    /// unexpired, and name a web session the server still holds open (sign-out, a revoked
+    /// learner or expiry end it; a copied cookie then opens nothing).
+    async fn session(&self, headers: &HeaderMap) -> Option<(Principal, String)> {
         let sealed = cookie(headers, SESSION_COOKIE)?;
         let claims: WebClaims = self.app.keys.open_web(&sealed)?;
-        if claims.exp < self.app.clock.now().timestamp() {
+        let now = self.app.clock.now();
+        if claims.exp < now.timestamp() {
             return None;
         }
         let role = match claims.role.as_str() {
@@ -123,7 +130,14 @@ impl Web {
             "analyst" => Role::Analyst,
             _ => return None,
         };
-        Some(Principal { role, learner_id: claims.lid })
+        if !self.app.store.web_session_open(&claims.wsid, now.timestamp_millis()).await.ok()? {
+            return None;
+        }
+        Some((Principal { role, learner_id: claims.lid }, claims.wsid))
+    }
+
+    async fn principal(&self, headers: &HeaderMap) -> Option<Principal> {
+        self.session(headers).await.map(|(p, _)| p)
     }
 
     /// The CSRF token of this browser, and the cookie to set when it is new.
@@ -174,7 +188,7 @@ impl Web {
 async fn start_page(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
     let lang = lang_of(&query, &headers);
     let t = texts(lang);
-    match web.principal(&headers) {
+    match web.principal(&headers).await {
         Some(p) if p.role == Role::Learner => {
             let (csrf, set) = web.csrf(&headers);
             let curricula: Vec<_> = web
@@ -214,11 +228,24 @@ async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Fo
         Ok(p) => p,
         Err(_) => return web.sign_in_page(&headers, lang, next, Some(t.sign_in_failed)),
     };
-    let claims = WebClaims {
-        role: principal.role.as_str().to_owned(),
-        lid: principal.learner_id,
-        exp: (web.app.clock.now() + chrono::Duration::hours(12)).timestamp(),
-    };
+    let now = web.app.clock.now();
+    let expires = now + chrono::Duration::hours(12);
+    let wsid = uuid::Uuid::new_v4().to_string();
+    let stored = web
+        .app
+        .store
+        .insert_web_session(
+            &wsid,
+            principal.role.as_str(),
+            principal.learner_id.as_deref(),
+            now.timestamp_millis(),
+            expires.timestamp_millis(),
+        )
+        .await;
+    if stored.is_err() {
+        return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable);
+    }
+    let claims = WebClaims { wsid, role: principal.role.as_str().to_owned(), lid: principal.learner_id, exp: expires.timestamp() };
     let sealed = web.app.keys.seal_web(&claims);
     let target = if next.contains('?') { next.to_owned() } else { format!("{next}?lang={lang}") };
     let mut response = Redirect::to(&target).into_response();
@@ -236,6 +263,12 @@ async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): F
     if !web.csrf_ok(&headers, &form) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
+    // Ended on the server: the cookie, wherever a copy of it lives, opens nothing any more.
+    if let Some((_, wsid)) = web.session(&headers).await {
+        if web.app.store.end_web_session(&wsid, web.app.clock.now().timestamp_millis()).await.is_err() {
+            return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable);
+        }
+    }
     let mut response = Redirect::to("/start").into_response();
     if let Ok(v) = header::HeaderValue::from_str(&format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}", web.secure())) {
         response.headers_mut().append(header::SET_COOKIE, v);
@@ -252,7 +285,7 @@ async fn start_submit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form
     if !web.csrf_ok(&headers, &form) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
-    let Some(principal) = web.principal(&headers).filter(|p| p.role == Role::Learner) else {
+    let Some(principal) = web.principal(&headers).await.filter(|p| p.role == Role::Learner) else {
         return web.sign_in_page(&headers, lang, "/start", None);
     };
     let request = StartSession {
@@ -275,7 +308,7 @@ async fn start_submit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form
 async fn progress(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
     let lang = lang_of(&query, &headers);
     let t = texts(lang);
-    let Some(principal) = web.principal(&headers) else {
+    let Some(principal) = web.principal(&headers).await else {
         return web.sign_in_page(&headers, lang, "/progress", None);
     };
     let Some(learner_id) = principal.learner_id.clone().filter(|_| principal.role == Role::Learner) else {
@@ -319,16 +352,25 @@ async fn progress(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Strin
 async fn operator(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
     let lang = lang_of(&query, &headers);
     let t = texts(lang);
-    let Some(principal) = web.principal(&headers) else {
+    let Some(principal) = web.principal(&headers).await else {
         return web.sign_in_page(&headers, lang, "/operator", None);
     };
     if principal.role != Role::Operator {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.operators_only);
     }
-    let (report, audit) = match (web.app.registry_report().await, web.app.store.last_audit_run().await) {
-        (Ok(r), Ok(a)) => (r, a),
-        _ => return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
-    };
+    let (report, audit, actions) =
+        match (web.app.registry_report().await, web.app.store.last_audit_run().await, web.app.operator_actions(20).await) {
+            (Ok(r), Ok(a), Ok(actions)) => (r, a, actions),
+            _ => return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
+        };
+    let actions: Vec<_> = actions
+        .iter()
+        .map(|a| {
+            let at = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(a.at_ms).map(|d| d.format("%Y-%m-%d %H:%M UTC").to_string());
+            context! { at, actor => a.actor, action => a.action, target => a.target }
+        })
+        .collect();
+    let notice = query.get("revoked").map(|_| t.revoke_done).or_else(|| query.get("unknown").map(|_| t.revoke_unknown));
     let report = serde_json::to_value(&report).unwrap_or_default();
     let audit_time = audit
         .as_ref()
@@ -344,7 +386,7 @@ async fn operator(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Strin
             turns => minijinja::Value::from_serialize(&report["quota"]["turns"]),
             suspected => minijinja::Value::from_serialize(&report["quota"]["suspected"]),
             audit => minijinja::Value::from_serialize(&audit),
-            audit_time,
+            audit_time, actions, notice,
         },
         set,
         StatusCode::OK,
@@ -357,7 +399,7 @@ async fn operator_audit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(fo
     if !web.csrf_ok(&headers, &form) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
-    match web.principal(&headers) {
+    match web.principal(&headers).await {
         Some(p) if p.role == Role::Operator => {
             if web.app.audit_verify_recorded(usize::MAX, |_| {}).await.is_err() {
                 return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable);
@@ -365,5 +407,45 @@ async fn operator_audit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(fo
             Redirect::to("/operator").into_response()
         }
         _ => web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.operators_only),
+    }
+}
+
+/// The revoke form of the operator page: a learner, a token (by id) or an OAuth client.
+#[derive(Debug, Deserialize)]
+struct RevokeForm {
+    csrf: String,
+    kind: String,
+    id: String,
+    #[serde(default)]
+    lang: Option<String>,
+}
+
+async fn operator_revoke(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<RevokeForm>) -> Response {
+    let lang = if form.lang.as_deref() == Some("en") { "en" } else { "de" };
+    let t = texts(lang);
+    let mut csrf_form = HashMap::new();
+    csrf_form.insert("csrf".to_owned(), form.csrf.clone());
+    if !web.csrf_ok(&headers, &csrf_form) {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
+    }
+    let Some((principal, wsid)) = web.session(&headers).await else {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.operators_only);
+    };
+    if principal.role != Role::Operator {
+        return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.operators_only);
+    }
+    let actor = format!("operator:web:{}", wsid.chars().take(8).collect::<String>());
+    let result = match form.kind.as_str() {
+        "learner" => web.app.revoke_learner(&actor, &form.id).await,
+        "token" => web.app.revoke_token(&actor, &form.id).await,
+        "oauth_client" => web.app.revoke_oauth_client(&actor, &form.id).await,
+        _ => Err(crate::error::AppError::ValidationFailed { field: "kind".into() }),
+    };
+    match result {
+        Ok(()) => Redirect::to(&format!("/operator?lang={lang}&revoked=1")).into_response(),
+        Err(crate::error::AppError::NotFound { .. } | crate::error::AppError::ValidationFailed { .. }) => {
+            Redirect::to(&format!("/operator?lang={lang}&unknown=1")).into_response()
+        }
+        Err(_) => web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
     }
 }

@@ -52,7 +52,7 @@ pub(super) async fn authorize(State(web): State<Arc<Web>>, Query(query): Query<H
         }
         Err(AuthorizeError::Redirect { redirect_uri, state, error }) => return error_redirect(&redirect_uri, &error, state.as_deref()),
     };
-    match web.principal(&headers) {
+    match web.principal(&headers).await {
         Some(p) if p.role == Role::Learner => {
             let (csrf, set) = web.csrf(&headers);
             let sealed = web.app.keys.seal_authorization(&request);
@@ -88,7 +88,7 @@ pub(super) async fn decide(State(web): State<Arc<Web>>, headers: HeaderMap, Form
     if !web.csrf_ok(&headers, &form) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
-    let learner_id = match web.principal(&headers) {
+    let learner_id = match web.principal(&headers).await {
         Some(p) if p.role == Role::Learner => p.learner_id.unwrap_or_default(),
         _ => return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.learners_only),
     };

@@ -97,7 +97,7 @@ pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) ->
     let base_url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
     settings.addr = "127.0.0.1:0".into();
     settings.public_url = base_url.clone();
-    settings.content_dir = content_dir();
+    settings.content_dir = Some(content_dir());
     settings.capability_keys = Some(keys_spec.clone());
     adjust(&mut settings);
     let app = App::build(settings, clock.clone()).await.unwrap();

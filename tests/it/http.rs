@@ -111,7 +111,7 @@ both_stores!(
 async fn the_service_refuses_to_start_on_postgres_without_capability_keys() {
     let url = std::env::var("SKILLPILOT_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let mut settings = skillpilot::config::Settings::for_db(skillpilot::store::DbUrl::parse(&url));
-    settings.content_dir = crate::helpers::content_dir();
+    settings.content_dir = Some(crate::helpers::content_dir());
     let clock = std::sync::Arc::new(skillpilot::clock::ManualClock::at(crate::helpers::t0()));
     let err = skillpilot::app::App::build(settings, clock).await.err().expect("refused");
     assert!(format!("{err:#}").contains("SKILLPILOT_CAPABILITY_KEYS"), "{err:#}");

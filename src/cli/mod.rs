@@ -1,5 +1,11 @@
-//! The command line (clap): `serve`, `migrate`, `learner create`, `token create`, `keygen`,
-//! `events`, `audit verify`, `replay`. Every command takes `--db` (or `DATABASE_URL`).
+//! The command line (clap): `serve`, `migrate`, `learner`, `token`, `oauth clients`, `keygen`,
+//! `backup`, `restore`, `events`, `audit verify`, `replay`, `analytics`, `bench`, `registry`,
+//! `completions`. Every command takes `--db` (or `DATABASE_URL`); each checks its configuration
+//! before it creates any file.
+
+mod identity;
+mod ops;
+mod report;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,7 +15,6 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::app::identity::Role;
 use crate::app::operator::EventFilter;
 use crate::app::tokens::Keys;
 use crate::app::App;
@@ -17,23 +22,26 @@ use crate::clock::SystemClock;
 use crate::config::Settings;
 use crate::registry::{relock, Lock};
 use crate::startup::{shutdown_signal, Application};
-use crate::store::{DbUrl, Store};
+use crate::store::DbUrl;
 
 /// SkillPilot: the event-sourced backend of AI learning coaches.
 #[derive(Debug, Parser)]
-#[command(name = "skillpilot", version, about)]
+#[command(name = "skillpilot", version = crate::VERSION, about)]
 pub struct Cli {
     /// Database: a SQLite file (default ./skillpilot.db) or a postgres:// URL.
     #[arg(long, global = true, env = "DATABASE_URL", default_value = "sqlite://skillpilot.db")]
     db: String,
-    /// The content directory with the curricula.
-    #[arg(long = "content", global = true, env = "SKILLPILOT_CONTENT", default_value = "content")]
-    content: PathBuf,
-    /// A TOML config file (keys: db, addr, public_url, content, default_locale, allowed_hosts,
-    /// allowed_origins, capability_keys, max_body_bytes, client_timeout_secs, oauth_issuer,
-    /// oauth_jwks, oauth_audience); flags and environment variables take precedence.
+    /// A directory of curriculum packs added to the shipped ones (a pack with the id and version
+    /// of a shipped one replaces it).
+    #[arg(long = "content", global = true, env = "SKILLPILOT_CONTENT")]
+    content: Option<PathBuf>,
+    /// A TOML config file (every key: docs/operations.md and packaging/config.toml); flags and
+    /// environment variables take precedence.
     #[arg(long, global = true, env = "SKILLPILOT_CONFIG")]
     config: Option<PathBuf>,
+    /// Log format: text (colour only on a terminal) or json (one object per line).
+    #[arg(long, global = true, env = "SKILLPILOT_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: crate::telemetry::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -73,6 +81,9 @@ enum Command {
         /// The audience its tokens carry (default: this server's `<public-url>/mcp`).
         #[arg(long, env = "SKILLPILOT_OAUTH_AUDIENCE")]
         oauth_audience: Option<String>,
+        /// When set, `/metrics` answers only requests with `Authorization: Bearer <this>`.
+        #[arg(long, env = "SKILLPILOT_METRICS_TOKEN", hide_env_values = true)]
+        metrics_token: Option<String>,
     },
     /// Apply the migrations and exit.
     Migrate,
@@ -86,8 +97,38 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
-    /// Print a new capability key spec for SKILLPILOT_CAPABILITY_KEYS.
-    Keygen,
+    /// Manage registered OAuth clients.
+    Oauth {
+        #[command(subcommand)]
+        command: OauthCommand,
+    },
+    /// Print a new capability key spec `kid:key` for SKILLPILOT_CAPABILITY_KEYS.
+    Keygen {
+        /// The key id (letters, digits, '-', '_'); default: `k` and the current UTC time.
+        #[arg(long)]
+        kid: Option<String>,
+    },
+    /// Copy the SQLite database consistently while the service runs (VACUUM INTO), together
+    /// with its capability key file. PostgreSQL: use pg_dump (docs/operations.md).
+    Backup {
+        /// The backup file to create (must not exist); the key goes beside it as
+        /// `<name>.capability-key`.
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Restore a backup made by `backup` into the database named by --db (which must not exist
+    /// yet), key file included. Run it with the service stopped.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        from: PathBuf,
+    },
+    /// Print a shell completion script.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Print events as JSON lines.
     Events {
         /// Only this journey.
@@ -135,6 +176,9 @@ enum Command {
         /// Write an SVG plot of throughput against concurrency.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Exit with status 4 when any ratio misses its target.
+        #[arg(long)]
+        check: bool,
     },
     /// Print an analyst view (or, without a name, the views with their lag).
     Analytics {
@@ -176,6 +220,13 @@ enum LearnerCommand {
         #[arg(long)]
         name: String,
     },
+    /// List learners (id, name, created, revoked, active tokens) as JSON lines.
+    List,
+    /// Revoke a learner: its tokens, OAuth grants and web sessions stop working.
+    Revoke {
+        /// The learner id (from `learner list`).
+        learner_id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -185,6 +236,33 @@ enum TokenCommand {
         /// Role.
         #[arg(long, value_enum)]
         role: StaffRole,
+    },
+    /// List development and staff tokens by id (never the token) as JSON lines.
+    List,
+    /// Revoke a token by its id (from `token list`).
+    Revoke {
+        /// The token id: 16 hex digits.
+        token_id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum OauthCommand {
+    /// Registered OAuth clients.
+    Clients {
+        #[command(subcommand)]
+        command: ClientsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ClientsCommand {
+    /// List registered clients as JSON lines.
+    List,
+    /// Revoke a client and every refresh token issued to it.
+    Revoke {
+        /// The client id (from `oauth clients list`).
+        client_id: String,
     },
 }
 
@@ -212,23 +290,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     settings.content_dir = cli.content.clone();
     settings.capability_keys = std::env::var("SKILLPILOT_CAPABILITY_KEYS").ok().filter(|s| !s.trim().is_empty());
     match cli.command {
-        Command::Registry { command: RegistryCommand::Lock { path } } => {
-            let previous = if path.exists() { Lock::read(&path)? } else { Lock::default() };
-            match relock(&previous) {
-                Ok(lock) => {
-                    let text = serde_json::to_string_pretty(&lock)? + "\n";
-                    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-                    println!("registry lock: {} tools recorded in {}", lock.tools.len(), path.display());
-                    Ok(0)
-                }
-                Err(refused) => {
-                    for r in refused {
-                        eprintln!("registry lock refused: {r}");
-                    }
-                    Ok(2)
-                }
-            }
-        }
+        Command::Registry { command: RegistryCommand::Lock { path } } => registry_lock(&path),
         Command::Registry { command: RegistryCommand::Report { seams_lock } } => {
             settings.seams_lock = seams_lock;
             let app = App::build(settings, Arc::new(SystemClock)).await?;
@@ -236,7 +298,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(0)
         }
-        Command::Bench { concurrency, duration, long_journey_events, rss_journeys, json, plot } => {
+        Command::Bench { concurrency, duration, long_journey_events, rss_journeys, json, plot, check } => {
             anyhow::ensure!(!concurrency.is_empty() && concurrency.iter().all(|c| *c > 0), "--concurrency needs positive numbers");
             let db = std::env::args()
                 .any(|a| a == "--db" || a.starts_with("--db="))
@@ -255,9 +317,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             if json {
                 println!("{report}");
             } else {
-                print_bench(&report);
+                report::print_bench(&report);
             }
-            Ok(0)
+            let missed = crate::bench::verdicts(&report["ratios"], &report["targets"]).iter().filter(|v| !v.met).count();
+            Ok(if check && missed > 0 { 4 } else { 0 })
         }
         Command::Analytics { name, format } => {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
@@ -265,7 +328,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             match name {
                 None => println!("{}", serde_json::to_string_pretty(&app.analytics_status().await.map_err(fail)?)?),
                 Some(name) => {
-                    let table = app.analytics_table(&name).await.map_err(fail)?;
+                    let table = match app.analytics_table(&name).await {
+                        Err(crate::error::AppError::NotFound { .. }) => {
+                            eprintln!("analytics: no view `{name}`; the views are: {}", crate::app::analytics::view_names().join(", "));
+                            return Ok(2);
+                        }
+                        other => other.map_err(fail)?,
+                    };
                     match format {
                         OutputFormat::Csv => print!("{}", table.to_csv()),
                         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&table)?),
@@ -274,14 +343,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        Command::Keygen => {
-            println!("{}", Keys::generate_spec()?);
+        Command::Keygen { kid } => {
+            let spec = match kid {
+                Some(kid) => Keys::generate_spec_with(&kid)?,
+                None => Keys::generate_spec()?,
+            };
+            println!("{spec}");
             Ok(0)
         }
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "skillpilot", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Backup { to } => ops::backup(&settings, &to).await,
+        Command::Restore { from } => ops::restore(&settings, &from).await,
         Command::Migrate => {
-            let store = Store::connect(&settings.db, &settings.pool).await.context("cannot open the store")?;
-            store.migrate().await.context("cannot apply the migrations")?;
-            println!("migrations applied ({})", store.kind());
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            println!("migrations applied ({})", app.store.kind());
             Ok(0)
         }
         Command::Serve {
@@ -295,6 +374,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             oauth_issuer,
             oauth_jwks,
             oauth_audience,
+            metrics_token,
         } => {
             if let (Some(issuer), Some(jwks)) = (oauth_issuer, oauth_jwks) {
                 settings.external_idp = Some(crate::app::external_idp::ExternalIdpSettings {
@@ -310,118 +390,82 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
             settings.addr = addr;
             settings.default_locale = default_locale;
+            settings.metrics_token = metrics_token.filter(|t| !t.trim().is_empty());
             let app = App::build(settings, Arc::new(SystemClock)).await?;
             let service = Application::build(app.clone()).await?;
-            tracing::info!(report = ?app.registry.report, refused = ?app.registry.refused(), "tool registry");
-            tracing::info!(addr = %app.settings.addr, port = service.port(), store = app.store.kind(), "serving");
+            let registry = &app.registry;
+            tracing::info!(bound = registry.bound_count(), refused = %registry.refused().join(","), "tool registry");
+            tracing::info!(
+                version = crate::VERSION,
+                addr = %app.settings.addr,
+                port = service.port(),
+                public_url = %app.settings.public_url,
+                store = app.store.kind(),
+                curricula = %app.catalog.summary(),
+                key_id = app.keys.current_kid(),
+                oauth = if app.idp.is_some() { "external" } else { "built-in" },
+                metrics_protected = app.settings.metrics_token.is_some(),
+                "serving"
+            );
             service.run_until(shutdown_signal()).await?;
             Ok(0)
         }
-        Command::Learner { command: LearnerCommand::Create { name } } => {
+        Command::Learner { command } => {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
-            let token = app.create_learner(&name).await.map_err(|e| anyhow::anyhow!("cannot create the learner: {}", e.code()))?;
-            println!("learner created; bearer token (shown once):");
-            println!("{token}");
-            Ok(0)
+            identity::learner(&app, command).await
         }
-        Command::Token { command: TokenCommand::Create { role } } => {
+        Command::Token { command } => {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
-            let role = match role {
-                StaffRole::Operator => Role::Operator,
-                StaffRole::Analyst => Role::Analyst,
-            };
-            let token = app.create_staff_token(role).await.map_err(|e| anyhow::anyhow!("cannot create the token: {}", e.code()))?;
-            println!("{} token (shown once):", role.as_str());
-            println!("{token}");
-            Ok(0)
+            identity::token(&app, command).await
+        }
+        Command::Oauth { command: OauthCommand::Clients { command } } => {
+            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            identity::clients(&app, command).await
         }
         Command::Events { journey, event_type, since, until } => {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
-            let filter = EventFilter { journey_id: journey, event_type, since, until };
+            let filter = EventFilter { journey_id: journey.clone(), event_type, since, until };
             let stdout = std::io::stdout();
             let mut lock = stdout.lock();
             let mut failed = false;
-            app.list_events(&filter, |v| failed |= writeln!(lock, "{v}").is_err())
+            let printed = app
+                .list_events(&filter, |v| failed |= writeln!(lock, "{v}").is_err())
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
+            if let Some(journey) = journey.filter(|_| printed == 0) {
+                let known = app.journey_exists(&journey).await.map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
+                if !known {
+                    eprintln!("events: no journey `{journey}` in the log");
+                    return Ok(2);
+                }
+            }
             Ok(i32::from(failed))
         }
         Command::Audit { command: AuditCommand::Verify } => {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
-            let report = app
-                .audit_verify_recorded(10_000, |n| eprintln!("audit verify: {n} events checked …"))
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
-            match report.broken {
-                None => {
-                    println!("audit verify: ok — {} streams, {} events, every chain intact", report.streams, report.events);
-                    Ok(0)
-                }
-                Some(b) => {
-                    println!("audit verify: BROKEN — journey {} sequence {}: {}", b.journey_id, b.sequence, b.problem);
-                    Ok(2)
-                }
-            }
+            report::audit_verify(&app).await
         }
         Command::Replay { swap } => {
             let app = App::build(settings, Arc::new(SystemClock)).await?;
-            let started = std::time::Instant::now();
-            let report = app.replay().await.map_err(|e| anyhow::anyhow!("replay failed: {}", e.code()))?;
-            let secs = started.elapsed().as_secs_f64();
-            let rate = if secs > 0.0 { report.events as f64 / secs } else { 0.0 };
-            if report.differing.is_empty() && report.analytics_differing.is_empty() {
-                println!(
-                    "replay: ok — {} journeys, {} events folded ({rate:.0} events/s), shadow views equal the live ones",
-                    report.journeys, report.events
-                );
-                Ok(0)
-            } else if swap {
-                let n = app.store.swap_in_shadow_views().await.map_err(|e| anyhow::anyhow!("swap failed: {e}"))?;
-                app.swap_in_replayed_analytics().await.map_err(|e| anyhow::anyhow!("swap failed: {}", e.code()))?;
-                println!(
-                    "replay: {} of {} journeys and the analytics {:?} differed; the rebuilt views ({n} context rows) are now live",
-                    report.differing.len(),
-                    report.journeys,
-                    report.analytics_differing
-                );
-                Ok(0)
-            } else {
-                println!(
-                    "replay: DIFFERENT — {} of {} journeys differ: {}; analytics differ: {:?} (run with --swap to put the rebuilt views live)",
-                    report.differing.len(),
-                    report.journeys,
-                    report.differing.join(", "),
-                    report.analytics_differing
-                );
-                Ok(3)
-            }
+            report::replay(&app, swap).await
         }
     }
 }
 
-fn print_bench(r: &serde_json::Value) {
-    println!("store: {}", r["store"].as_str().unwrap_or(""));
-    println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
-        "coaches", "writes/s", "reads/s", "w p50 ms", "w p99 ms", "inserts/s", "ins p99 ms"
-    );
-    for l in r["levels"].as_array().into_iter().flatten() {
-        println!(
-            "{:>6} {:>10.0} {:>10.0} {:>10.2} {:>10.2} {:>12.0} {:>12.2}",
-            l["concurrency"].as_u64().unwrap_or(0),
-            l["load"]["writes"]["per_second"].as_f64().unwrap_or(0.0),
-            l["load"]["reads"]["per_second"].as_f64().unwrap_or(0.0),
-            l["load"]["writes"]["p50_ms"].as_f64().unwrap_or(0.0),
-            l["load"]["writes"]["p99_ms"].as_f64().unwrap_or(0.0),
-            l["baseline_insert"]["per_second"].as_f64().unwrap_or(0.0),
-            l["baseline_insert"]["p99_ms"].as_f64().unwrap_or(0.0),
-        );
+fn registry_lock(path: &std::path::Path) -> anyhow::Result<i32> {
+    let previous = if path.exists() { Lock::read(path)? } else { Lock::default() };
+    match relock(&previous) {
+        Ok(lock) => {
+            let text = serde_json::to_string_pretty(&lock)? + "\n";
+            std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+            println!("registry lock: {} tools recorded in {}", lock.tools.len(), path.display());
+            Ok(0)
+        }
+        Err(refused) => {
+            for r in refused {
+                eprintln!("registry lock refused: {r}");
+            }
+            Ok(2)
+        }
     }
-    println!("ratios at concurrency {}:", r["ratios_at_concurrency"]);
-    for (k, v) in r["ratios"].as_object().into_iter().flatten() {
-        println!("  {k:<34} {:.2}   (target {})", v.as_f64().unwrap_or(f64::NAN), r["targets"][k].as_str().unwrap_or(""));
-    }
-    println!("replay: {}", r["replay"]);
-    println!("long stream: {}", r["long_stream"]);
-    println!("rss: {}", r["rss"]);
 }
