@@ -47,6 +47,9 @@ pub struct Settings {
     /// A context read within this many milliseconds after a successful write is a suspected
     /// redundant reload.
     pub reload_gap_ms: i64,
+    /// How long a resolved bearer token and a learner's or client's standing are trusted from
+    /// memory: the bound on how late a revocation reaches another instance.
+    pub bearer_cache_ttl: std::time::Duration,
     /// When set, `/metrics` requires this bearer token.
     pub metrics_token: Option<String>,
 }
@@ -89,6 +92,7 @@ impl Settings {
             quota_window: 1000,
             reload_gap_ms: 2000,
             metrics_token: None,
+            bearer_cache_ttl: crate::app::identity::PRINCIPAL_TTL,
         }
     }
 

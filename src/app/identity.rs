@@ -48,8 +48,9 @@ pub struct Principal {
     pub learner_id: Option<String>,
 }
 
-/// How long a resolved bearer token is trusted from memory: the longest a token removed from
-/// the store keeps working on an instance that resolved it just before.
+/// How long a resolved bearer token, and the standing of a learner or OAuth client, is trusted
+/// from memory by default (`Settings::bearer_cache_ttl`): the longest a revoked token keeps
+/// working on an instance that resolved it just before.
 pub const PRINCIPAL_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn hash_token(token: &str) -> String {
@@ -88,11 +89,11 @@ impl App {
     }
 
     /// Resolves a bearer token: an OAuth access token, or a development token (a known one
-    /// from memory for `PRINCIPAL_TTL`; unknown tokens always ask the store). A revoked learner,
-    /// token or OAuth client stops working on every instance within `PRINCIPAL_TTL`.
+    /// from memory for `Settings::bearer_cache_ttl`; unknown tokens always ask the store). A revoked learner,
+    /// token or OAuth client stops working on every instance within `Settings::bearer_cache_ttl`.
     pub async fn authenticate(&self, token: &str) -> Result<Principal, AppError> {
         // OAuth access tokens are self-contained; only the standing of their learner and client
-        // is looked up (and remembered for `PRINCIPAL_TTL`).
+        // is looked up (and remembered for `Settings::bearer_cache_ttl`).
         if token.starts_with("v4.local.") {
             let (principal, client_id) = self.authenticate_access(token)?;
             self.still_standing(Standing::Client(&client_id)).await?;
@@ -112,7 +113,7 @@ impl App {
         }
         let hash = hash_token(token);
         if let Some((principal, at)) = self.principals.get(&hash) {
-            if at.elapsed() < PRINCIPAL_TTL {
+            if at.elapsed() < self.settings.bearer_cache_ttl {
                 return Ok(principal);
             }
             self.principals.forget(&hash);
@@ -130,7 +131,7 @@ impl App {
             Standing::Client(id) => format!("client:{id}"),
         };
         let active = match self.standing.get(&key) {
-            Some((active, at)) if at.elapsed() < PRINCIPAL_TTL => active,
+            Some((active, at)) if at.elapsed() < self.settings.bearer_cache_ttl => active,
             _ => {
                 let active = match who {
                     Standing::Learner(id) => self.store.learner_active(id).await?,
@@ -153,7 +154,7 @@ impl App {
     }
 
     /// Revokes a learner: its development tokens, OAuth refresh tokens and web sessions end at
-    /// once; its OAuth access tokens and cached bearer tokens within `PRINCIPAL_TTL` on every
+    /// once; its OAuth access tokens and cached bearer tokens within `Settings::bearer_cache_ttl` on every
     /// instance. Recorded in the operator audit.
     pub async fn revoke_learner(&self, actor: &str, learner_id: &str) -> Result<(), AppError> {
         let learner_id = learner_id.trim();
@@ -188,7 +189,7 @@ impl App {
     }
 
     /// Revokes an OAuth client and its refresh-token families; its access tokens stop within
-    /// `PRINCIPAL_TTL`.
+    /// `Settings::bearer_cache_ttl`.
     pub async fn revoke_oauth_client(&self, actor: &str, client_id: &str) -> Result<(), AppError> {
         let client_id = client_id.trim();
         if !self.store.revoke_oauth_client(client_id, self.clock.now().timestamp_millis()).await? {
@@ -216,7 +217,7 @@ impl App {
     }
 
     /// This instance drops what it remembers of bearers and standings, so its own revocations
-    /// take effect at once (other instances follow within `PRINCIPAL_TTL`).
+    /// take effect at once (other instances follow within `Settings::bearer_cache_ttl`).
     fn forget_standing(&self) {
         self.principals.clear();
         self.standing.clear();

@@ -51,10 +51,10 @@ pub struct App {
     pub idp: Option<external_idp::ExternalIdp>,
     /// The external provider's subjects and the learners they map to (a mapping never changes).
     pub(crate) subjects: Bounded<String, String>,
-    /// Recently resolved bearer tokens (by hash), each for `identity::PRINCIPAL_TTL`.
+    /// Recently resolved bearer tokens (by hash), each for `identity::Settings::bearer_cache_ttl`.
     pub(crate) principals: Bounded<String, (identity::Principal, std::time::Instant)>,
     /// Whether a learner or OAuth client is still active (not revoked), each for
-    /// `identity::PRINCIPAL_TTL`.
+    /// `identity::Settings::bearer_cache_ttl`.
     pub(crate) standing: Bounded<String, (bool, std::time::Instant)>,
 }
 

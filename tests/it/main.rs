@@ -6,6 +6,7 @@ mod analytics;
 mod bad_input;
 mod concurrency;
 mod faults;
+mod field;
 mod helpers;
 mod http;
 mod limits;

@@ -11,7 +11,7 @@ use skillpilot::app::sessions::StartSession;
 use crate::both_stores;
 use crate::helpers::{content_dir, TestApp};
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     if let Ok(p) = std::env::var("SKILLPILOT_TEST_PYTHON") {
         return PathBuf::from(p);
     }

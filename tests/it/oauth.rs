@@ -92,8 +92,18 @@ async fn exchange(t: &TestApp, client_id: &str, code: &str, verifier: &str) -> (
     .await
 }
 
-async fn refresh(t: &TestApp, client_id: &str, refresh_token: &str) -> (u16, Value) {
+pub(crate) async fn refresh(t: &TestApp, client_id: &str, refresh_token: &str) -> (u16, Value) {
     token_request(t, &[("grant_type", "refresh_token"), ("refresh_token", refresh_token), ("client_id", client_id)]).await
+}
+
+/// A registered client with a granted authorization: (client id, access token, refresh token).
+pub(crate) async fn granted(t: &TestApp) -> (String, String, String) {
+    let client_id = register(t).await;
+    let (verifier, challenge) = pkce();
+    let (code, _) = consented_code(t, &client_id, &challenge).await;
+    let (status, body) = exchange(t, &client_id, &code, &verifier).await;
+    assert_eq!(status, 200, "{body}");
+    (client_id, body["access_token"].as_str().unwrap().to_owned(), body["refresh_token"].as_str().unwrap().to_owned())
 }
 
 /// `tools/list` with a bearer: its status and `WWW-Authenticate`.
