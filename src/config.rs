@@ -144,3 +144,27 @@ pub fn apply_config_file() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::FILE_KEYS;
+
+    #[test]
+    fn the_packaged_example_config_and_the_operations_table_name_every_key() {
+        let example = include_str!("../packaging/config.toml");
+        let operations = include_str!("../docs/operations.md");
+        for (key, env) in FILE_KEYS {
+            let listed = example.lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{key} = ")));
+            assert!(listed, "packaging/config.toml does not list `{key}`");
+            assert!(operations.contains(&format!("| `{key}` |")) && operations.contains(env), "docs/operations.md misses `{key}` / {env}");
+        }
+        // And nothing it lists is unknown to the service.
+        for line in example.lines().map(|l| l.trim_start_matches(['#', ' '])) {
+            if let Some((key, _)) = line.split_once(" = ") {
+                if key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                    assert!(FILE_KEYS.iter().any(|(k, _)| *k == key), "packaging/config.toml lists an unknown key `{key}`");
+                }
+            }
+        }
+    }
+}
