@@ -77,10 +77,20 @@ pub async fn register(State(app): State<Arc<App>>, body: axum::body::Bytes) -> R
 }
 
 /// `POST /oauth/token`: `authorization_code` and `refresh_token` grants for public clients.
-pub async fn token(State(app): State<Arc<App>>, Form(form): Form<HashMap<String, String>>) -> Response {
+pub async fn token(
+    State(app): State<Arc<App>>,
+    form: Result<Form<HashMap<String, String>>, axum::extract::rejection::FormRejection>,
+) -> Response {
     if !app.builtin_authorization_server() {
         return StatusCode::NOT_FOUND.into_response();
     }
+    // RFC 6749 §3.2: form-encoded only; anything else is an OAuth error a client can read.
+    let Ok(Form(form)) = form else {
+        return oauth_failure(&OAuthError {
+            code: "invalid_request",
+            description: "the token endpoint takes application/x-www-form-urlencoded",
+        });
+    };
     let get = |k: &str| form.get(k).map(String::as_str).filter(|v| !v.is_empty());
     let missing = |what: &'static str| OAuthError { code: "invalid_request", description: what };
     let result = match get("grant_type") {

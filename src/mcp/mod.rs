@@ -5,6 +5,7 @@
 //! `error` exit only for a panic, a timeout or an unknown tool; each handler writes its own
 //! `started` and exit.
 
+pub mod gate;
 pub mod schema;
 pub mod tools;
 
@@ -281,9 +282,7 @@ async fn require_learner(State(app): State<Arc<App>>, mut request: Request, next
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+        .and_then(crate::http::auth::bearer_of)
         .map(str::to_owned);
     let Some(token) = token else { return challenge(&app, AppError::Unauthorized) };
     match app.authenticate(&token).await {
@@ -324,10 +323,33 @@ pub fn router(app: Arc<App>, settings: &McpSettings, max_body_bytes: usize) -> R
     if !settings.allowed_hosts.is_empty() {
         config = config.with_allowed_hosts(settings.allowed_hosts.clone());
     }
-    config = config.with_allowed_origins(settings.allowed_origins.clone()).enforce_origin_validation();
+    let origins = gate::Origins(allowed_origins(settings, &app.settings.public_url));
+    config = config.with_allowed_origins(origins.0.clone()).enforce_origin_validation();
     let server = CoachServer { app: app.clone() };
     let service = StreamableHttpService::new(move || Ok(server.clone()), Arc::new(LocalSessionManager::default()), config);
-    Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn_with_state(app, require_learner))
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(gate::json_rpc))
+        .layer(axum::middleware::from_fn_with_state(app, require_learner))
+        .layer(axum::middleware::from_fn_with_state(origins, gate::cors))
+}
+
+/// The configured origins, plus — when the service's own public URL is on loopback (a
+/// development set-up) — that URL's own origin, so a page it serves may call it.
+fn allowed_origins(settings: &McpSettings, public_url: &str) -> Vec<String> {
+    let mut origins = settings.allowed_origins.clone();
+    if let Ok(url) = url::Url::parse(public_url) {
+        let loopback = match url.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        };
+        if let (true, Some(host), Some(port)) = (loopback, url.host_str(), url.port_or_known_default()) {
+            origins.push(format!("{}://{host}:{port}", url.scheme()));
+        }
+    }
+    origins
 }
 
 #[cfg(test)]

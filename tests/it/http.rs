@@ -178,14 +178,28 @@ async fn the_benchmark_runs_and_reports_every_ratio() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
         .args(["--content", crate::helpers::content_dir().to_str().unwrap()])
-        .args(["bench", "--concurrency", "2", "--duration", "1", "--long-journey-events", "60", "--rss-journeys", "5", "--json", "--check", "--plot"])
+        .args([
+            "bench",
+            "--concurrency",
+            "2",
+            "--duration",
+            "1",
+            "--long-journey-events",
+            "60",
+            "--rss-journeys",
+            "5",
+            "--json",
+            "--check",
+            "--plot",
+        ])
         .arg(dir.join("plot.svg"))
         .env_remove("DATABASE_URL")
         .env("RUST_LOG", "error")
         .output()
         .await
         .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     for ratio in ["write_vs_insert", "read_vs_write", "replay_vs_scan", "write_p99_vs_insert_p99", "long_stream_write_p50_vs_fresh"] {
         assert!(report["ratios"][ratio].as_f64().is_some_and(|r| r.is_finite() && r > 0.0), "{ratio}: {}", report["ratios"]);
         assert!(report["verdict"][ratio] == "met" || report["verdict"][ratio] == "missed", "{ratio}: {}", report["verdict"]);

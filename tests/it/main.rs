@@ -9,6 +9,7 @@ mod faults;
 mod field;
 mod helpers;
 mod http;
+mod interop;
 mod limits;
 mod mcp_contract;
 mod mcp_journeys;

@@ -20,19 +20,21 @@ pub(crate) fn python() -> PathBuf {
     venv
 }
 
-/// Runs one journey for a fresh learner with a started session; returns the trace.
-async fn play(t: &TestApp, journey: &str) -> (Value, String, String) {
+/// Runs one journey for a fresh learner with a started session, with the SDK's `Client` in its
+/// default mode (`auto`: 2026-07-28) or with the initialize handshake (`legacy`); returns the
+/// trace.
+async fn play(t: &TestApp, journey: &str, mode: &str) -> (Value, String, String) {
     let token = t.learner("Ada").await;
     let principal = t.principal(&token).await;
     t.app.start_session(&principal, StartSession { time_zone: Some("Europe/Berlin".into()), ..Default::default() }).await.unwrap();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/golden.py");
     let out = tokio::process::Command::new(python())
         .arg(script)
-        .args(["--url", &format!("{}/mcp", t.base_url), "--token", &token, "--journey", journey])
+        .args(["--url", &format!("{}/mcp", t.base_url), "--token", &token, "--journey", journey, "--mode", mode])
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "journey {journey} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "journey {journey} ({mode}) failed:\n{}", String::from_utf8_lossy(&out.stderr));
     let trace: Value = serde_json::from_slice(&out.stdout).unwrap();
     (trace, token, principal.learner_id.unwrap())
 }
@@ -70,8 +72,11 @@ fn privacy_scan(t: &TestApp, trace: &Value, token: &str, learner_id: &str) {
 
 macro_rules! journey {
     ($name:ident, $j:literal, $calls:expr) => {
+        journey!($name, $j, $calls, "auto");
+    };
+    ($name:ident, $j:literal, $calls:expr, $mode:literal) => {
         async fn $name(t: Arc<TestApp>) {
-            let (trace, token, learner) = play(&t, $j).await;
+            let (trace, token, learner) = play(&t, $j, $mode).await;
             let calls = trace["calls"].as_array().unwrap().len();
             assert_eq!(calls, $calls, "tool calls of journey {}: {:?}", $j, trace["turns"]);
             privacy_scan(&t, &trace, &token, &learner);
@@ -88,6 +93,11 @@ journey!(journey_b_close_only_then_an_explicit_continue, "b", 5);
 journey!(journey_c_verified_recall_over_three_turns_ending_in_a_picture, "c", 11);
 journey!(journey_d_exam_released_after_mastery_and_scored_by_the_backend, "d", 118);
 journey!(journey_e_a_locale_switch_turns_every_text_english, "e", 3);
+journey!(journey_a_over_the_initialize_handshake, "a", 8, "legacy");
+journey!(journey_b_over_the_initialize_handshake, "b", 5, "legacy");
+journey!(journey_c_over_the_initialize_handshake, "c", 11, "legacy");
+journey!(journey_d_over_the_initialize_handshake, "d", 118, "legacy");
+journey!(journey_e_over_the_initialize_handshake, "e", 3, "legacy");
 
 both_stores!(
     journey_a_teach_complete_mode_choice_learn_and_taught_successor,
@@ -95,4 +105,9 @@ both_stores!(
     journey_c_verified_recall_over_three_turns_ending_in_a_picture,
     journey_d_exam_released_after_mastery_and_scored_by_the_backend,
     journey_e_a_locale_switch_turns_every_text_english,
+    journey_a_over_the_initialize_handshake,
+    journey_b_over_the_initialize_handshake,
+    journey_c_over_the_initialize_handshake,
+    journey_d_over_the_initialize_handshake,
+    journey_e_over_the_initialize_handshake,
 );

@@ -2,7 +2,10 @@
 real Streamable HTTP. The integration test binary (tests/it/mcp_journeys.rs) starts the
 service, creates a learner with a started session and runs one journey:
 
-    python golden.py --url http://127.0.0.1:PORT/mcp --token BEARER --journey a
+    python golden.py --url http://127.0.0.1:PORT/mcp --token BEARER --journey a [--mode auto|legacy]
+
+`--mode auto` (the SDK's default `Client`) probes `server/discover` and speaks the 2026-07-28
+revision; `--mode legacy` uses the initialize handshake (`ClientSession.initialize()`).
 
 The script acts as the coach: one fresh context per learner turn, at most one mutation from it,
 a render call only when a continuation carries its toolCall. It asserts the exact tool calls
@@ -16,6 +19,7 @@ import json
 import sys
 import uuid
 
+from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -265,24 +269,40 @@ async def journey_e(coach):
 JOURNEYS = {"a": journey_a, "b": journey_b, "c": journey_c, "d": journey_d, "e": journey_e}
 
 
+async def play(session, journey):
+    tools = await session.list_tools()
+    check(len(tools.tools) == 10, "ten tools")
+    resources = await session.list_resources()
+    check([r.uri for r in resources.resources] == ["ui://skillpilot/goal-picture.html"], "the widget resource")
+    coach = Coach(session)
+    await JOURNEYS[journey](coach)
+    print(json.dumps({"journey": journey, "calls": coach.calls, "turns": coach.turns, "results": coach.results}))
+
+
 async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--journey", required=True, choices=sorted(JOURNEYS))
+    parser.add_argument("--mode", default="auto", choices=["auto", "legacy"])
     args = parser.parse_args()
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {args.token}"})
     async with http:
-        async with streamable_http_client(args.url, http_client=http, terminate_on_close=False) as streams:
-            read, write = streams[0], streams[1]
-            async with ClientSession(read, write) as session:
-                init = await session.initialize()
-                check(init.instructions and "SkillPilot coach" in init.instructions, "instructions from SKILL.md")
-                tools = await session.list_tools()
-                check(len(tools.tools) == 10, "ten tools")
-                coach = Coach(session)
-                await JOURNEYS[args.journey](coach)
-                print(json.dumps({"journey": args.journey, "calls": coach.calls, "turns": coach.turns, "results": coach.results}))
+        transport = streamable_http_client(args.url, http_client=http, terminate_on_close=False)
+        if args.mode == "legacy":
+            async with transport as streams:
+                read, write = streams[0], streams[1]
+                async with ClientSession(read, write) as session:
+                    init = await session.initialize()
+                    check(init.protocol_version == "2025-11-25", f"legacy handshake negotiates 2025-11-25: {init.protocol_version}")
+                    check(init.instructions and "SkillPilot coach" in init.instructions, "instructions from SKILL.md")
+                    await play(session, args.journey)
+        else:
+            # The SDK's default client, in its default mode, as a host application would use it.
+            async with Client(transport) as client:
+                check(client.protocol_version == "2026-07-28", f"auto mode negotiates 2026-07-28: {client.protocol_version}")
+                check(client.instructions and "SkillPilot coach" in client.instructions, "instructions from server/discover")
+                await play(client, args.journey)
 
 
 if __name__ == "__main__":
