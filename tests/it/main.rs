@@ -5,6 +5,7 @@
 mod analytics;
 mod bad_input;
 mod concurrency;
+mod conformance;
 mod faults;
 mod field;
 mod helpers;
