@@ -52,6 +52,8 @@ pub struct Settings {
     pub bearer_cache_ttl: std::time::Duration,
     /// When set, `/metrics` requires this bearer token.
     pub metrics_token: Option<String>,
+    /// Extra CA certificates (PEM) trusted for outbound HTTPS (a private identity provider).
+    pub outbound_ca_file: Option<PathBuf>,
 }
 
 /// What the HTTP server takes from a client before it gives up on it.
@@ -92,6 +94,7 @@ impl Settings {
             quota_window: 1000,
             reload_gap_ms: 2000,
             metrics_token: None,
+            outbound_ca_file: None,
             bearer_cache_ttl: crate::app::identity::PRINCIPAL_TTL,
         }
     }
@@ -119,6 +122,7 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("oauth_audience", "SKILLPILOT_OAUTH_AUDIENCE"),
     ("log_format", "SKILLPILOT_LOG_FORMAT"),
     ("metrics_token", "SKILLPILOT_METRICS_TOKEN"),
+    ("outbound_ca_file", "SKILLPILOT_OUTBOUND_CA_FILE"),
 ];
 
 /// Reads the TOML file named by `SKILLPILOT_CONFIG` (or `--config FILE` on the command line)

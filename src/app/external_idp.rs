@@ -72,7 +72,7 @@ pub struct ExternalIdp {
     /// Settings.
     pub settings: ExternalIdpSettings,
     keys: tokio::sync::RwLock<(JwkSet, Option<Instant>)>,
-    http: reqwest::Client,
+    outbound: std::sync::Arc<super::outbound::Outbound>,
 }
 
 impl std::fmt::Debug for ExternalIdp {
@@ -96,9 +96,8 @@ const ASYMMETRIC: &[Algorithm] = &[
 impl ExternalIdp {
     /// A verifier; the keys are fetched at once, and a failure is reported, not fatal (the
     /// provider may come up later).
-    pub async fn start(settings: ExternalIdpSettings) -> Self {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap_or_default();
-        let idp = Self { settings, keys: tokio::sync::RwLock::new((JwkSet { keys: Vec::new() }, None)), http };
+    pub async fn start(settings: ExternalIdpSettings, outbound: std::sync::Arc<super::outbound::Outbound>) -> Self {
+        let idp = Self { settings, keys: tokio::sync::RwLock::new((JwkSet { keys: Vec::new() }, None)), outbound };
         if let Err(e) = idp.refresh_keys().await {
             tracing::warn!(issuer = %idp.settings.issuer, error = %e, "cannot load the identity provider's keys yet");
         }
@@ -108,7 +107,7 @@ impl ExternalIdp {
     async fn fetch(&self) -> anyhow::Result<JwkSet> {
         let body = match &self.settings.jwks {
             JwksSource::File(path) => tokio::fs::read(path).await?,
-            JwksSource::Url(url) => self.http.get(url).send().await?.error_for_status()?.bytes().await?.to_vec(),
+            JwksSource::Url(url) => self.outbound.get(url, 256 * 1024, Duration::from_secs(5)).await?,
         };
         Ok(serde_json::from_slice(&body)?)
     }

@@ -7,6 +7,7 @@ pub mod identity;
 pub mod journeys;
 pub mod oauth;
 pub mod operator;
+pub mod outbound;
 pub mod quota;
 pub mod sessions;
 pub mod side_writer;
@@ -49,6 +50,8 @@ pub struct App {
     /// The external identity provider, when configured (then the built-in authorization server
     /// is off).
     pub idp: Option<external_idp::ExternalIdp>,
+    /// Outbound HTTPS (client metadata documents, the provider's JWKS).
+    pub outbound: std::sync::Arc<outbound::Outbound>,
     /// The external provider's subjects and the learners they map to (a mapping never changes).
     pub(crate) subjects: Bounded<String, String>,
     /// Recently resolved bearer tokens (by hash), each for `identity::Settings::bearer_cache_ttl`.
@@ -122,6 +125,9 @@ impl App {
             None => Lock::parse(COMMITTED_LOCK)?,
         };
         settings.db.validate()?;
+        // Development (the service on plain http): outbound fetches may reach private hosts.
+        let development = settings.public_url.starts_with("http://");
+        let outbound = Arc::new(outbound::Outbound::new(settings.outbound_ca_file.as_deref(), development)?);
         let keys = Keys::for_store(settings.capability_keys.as_deref(), &settings.db)?;
         let store = Store::connect(&settings.db, &settings.pool)
             .await
@@ -133,7 +139,7 @@ impl App {
         let settings_cache = settings.journey_cache;
         let (journeys, principals) = (Bounded::new(settings_cache), Bounded::new(settings_cache));
         let idp = match &settings.external_idp {
-            Some(idp) => Some(external_idp::ExternalIdp::start(idp.clone()).await),
+            Some(idp) => Some(external_idp::ExternalIdp::start(idp.clone(), outbound.clone()).await),
             None => None,
         };
         let app = Arc::new(Self {
@@ -148,6 +154,7 @@ impl App {
             metrics: Default::default(),
             journeys,
             idp,
+            outbound,
             subjects: Bounded::new(settings_cache),
             principals,
             standing: Bounded::new(settings_cache),

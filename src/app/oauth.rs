@@ -369,19 +369,12 @@ impl App {
         if !metadata_url_allowed(&parsed, self.settings.public_url.starts_with("http://")) {
             return Err("a client metadata document must be an https URL with a path on a public host");
         }
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(std::time::Duration::from_secs(5))
-            .build()
-            .map_err(|_| "cannot fetch the client metadata document")?;
-        let response = http.get(parsed.clone()).send().await.map_err(|_| "cannot fetch the client metadata document")?;
-        if !response.status().is_success() || response.content_length().is_some_and(|n| n > 65_536) {
-            return Err("the client metadata document is not available");
-        }
-        let body = response.bytes().await.map_err(|_| "cannot fetch the client metadata document")?;
-        if body.len() > 65_536 {
-            return Err("the client metadata document is too large");
-        }
+        // One message for every failure (refused address, closed port, timeout, size, status).
+        let body = self
+            .outbound
+            .get(url, 65_536, std::time::Duration::from_secs(5))
+            .await
+            .map_err(|_| "the client metadata document cannot be fetched")?;
         let document: Document = serde_json::from_slice(&body).map_err(|_| "the client metadata document is not valid JSON metadata")?;
         if document.client_id != url {
             return Err("the client metadata document names another client_id");

@@ -81,6 +81,10 @@ enum Command {
         /// The audience its tokens carry (default: this server's `<public-url>/mcp`).
         #[arg(long, env = "SKILLPILOT_OAUTH_AUDIENCE")]
         oauth_audience: Option<String>,
+        /// Extra CA certificates (PEM) trusted for outbound HTTPS: a private identity provider's
+        /// JWKS, client metadata documents.
+        #[arg(long, env = "SKILLPILOT_OUTBOUND_CA_FILE")]
+        outbound_ca_file: Option<PathBuf>,
         /// When set, `/metrics` answers only requests with `Authorization: Bearer <this>`.
         #[arg(long, env = "SKILLPILOT_METRICS_TOKEN", hide_env_values = true)]
         metrics_token: Option<String>,
@@ -374,8 +378,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             oauth_issuer,
             oauth_jwks,
             oauth_audience,
+            outbound_ca_file,
             metrics_token,
         } => {
+            settings.outbound_ca_file = outbound_ca_file;
             if let (Some(issuer), Some(jwks)) = (oauth_issuer, oauth_jwks) {
                 settings.external_idp = Some(crate::app::external_idp::ExternalIdpSettings {
                     issuer,

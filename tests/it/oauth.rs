@@ -527,3 +527,114 @@ async fn an_external_providers_jwts_are_checked_against_its_jwks(t: Arc<TestApp>
 }
 
 both_stores!(settings = external_idp; an_external_providers_jwts_are_checked_against_its_jwks);
+
+/// A throwaway CA and a certificate for `localhost`/127.0.0.1 signed by it, made by openssl in
+/// `dir` (ca.pem, server.pem, server.key).
+fn throwaway_ca(dir: &std::path::Path) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl is needed");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=SkillPilot test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+        "-addext",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-out",
+        "server.pem",
+        "-copy_extensions",
+        "copy",
+    ]);
+}
+
+/// An identity provider whose JWKS is served over https (openssl s_server) with a certificate
+/// of a private CA: trusted through `outbound_ca_file` the keys load and its tokens work;
+/// without it the TLS handshake fails and every token is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_jwks_of_a_private_ca_is_fetched_when_the_ca_file_trusts_it() {
+    let dir = std::env::temp_dir().join(format!("sp_https_idp_{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    write_rsa_key(&dir, "k1");
+    publish_jwks(&dir, &["k1"]);
+    throwaway_ca(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = std::process::Command::new("openssl")
+        .args(["s_server", "-quiet", "-WWW", "-accept", &port.to_string(), "-cert", "server.pem", "-key", "server.key"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let idp = |ca: Option<PathBuf>| {
+        let jwks = format!("https://localhost:{port}/jwks.json");
+        move |s: &mut skillpilot::config::Settings| {
+            s.external_idp = Some(skillpilot::app::external_idp::ExternalIdpSettings {
+                issuer: "https://idp.example".into(),
+                jwks: skillpilot::app::external_idp::JwksSource::Url(jwks),
+                audience: None,
+                refetch_after: std::time::Duration::ZERO,
+            });
+            s.outbound_ca_file = ca;
+        }
+    };
+    for (backend, ca, expected) in [
+        (crate::helpers::Backend::Sqlite, Some(dir.join("ca.pem")), 200),
+        (crate::helpers::Backend::Postgres, Some(dir.join("ca.pem")), 200),
+        (crate::helpers::Backend::Sqlite, None, 401),
+    ] {
+        let t = crate::helpers::spawn_with(backend, idp(ca.clone())).await;
+        let now = t.app.clock.now().timestamp();
+        let claims = json!({"sub": "alice", "aud": format!("{}/mcp", t.base_url), "iss": "https://idp.example", "exp": now + 300, "scope": "skillpilot.learn"});
+        let pem = std::fs::read(dir.join("k1.pem")).unwrap();
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+        header.kid = Some("k1".into());
+        let token = jsonwebtoken::encode(&header, &claims, &jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap()).unwrap();
+        assert_eq!(mcp_status(&t, Some(&token)).await.0, expected, "{backend:?}, CA trusted: {}", ca.is_some());
+        t.teardown().await;
+    }
+    server.kill().ok();
+    server.wait().ok();
+    std::fs::remove_dir_all(&dir).ok();
+}
