@@ -12,6 +12,7 @@ use super::journeys::{decode_event, view_of};
 use super::App;
 use crate::error::AppError;
 use crate::store::chain::{chain_hash, Link, GENESIS};
+use crate::store::checkpoints::{checkpoint_hash, Checkpoint, Heads};
 use crate::store::{StoredEvent, ViewTable};
 
 const PAGE: i64 = 1000;
@@ -80,6 +81,50 @@ fn occurred_at(e: &StoredEvent) -> Option<DateTime<Utc>> {
     e.metadata.get("occurredAt").and_then(Value::as_str).and_then(|s| DateTime::parse_from_rfc3339(s).ok()).map(|t| t.with_timezone(&Utc))
 }
 
+/// The first checkpoint whose stored hash or link to its predecessor does not verify.
+fn broken_checkpoint_chain(checkpoints: &[Checkpoint]) -> Option<BrokenLink> {
+    let mut prev = GENESIS.to_owned();
+    for c in checkpoints {
+        let problem = if c.prev_hash != prev {
+            Some("its prevHash is not the previous checkpoint's hash (a checkpoint was removed)")
+        } else if checkpoint_hash(&c.prev_hash, c.at_ms, &c.heads) != c.hash {
+            Some("its content no longer matches its hash")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Some(BrokenLink {
+                journey_id: "(chain checkpoints)".into(),
+                sequence: u64::try_from(c.seq).unwrap_or(0),
+                problem: format!("checkpoint {}: {problem}", c.seq),
+            });
+        }
+        prev = c.hash.clone();
+    }
+    None
+}
+
+/// A journey whose log ends before the version its view row reflects or the newest checkpoint
+/// recorded: its newest events were deleted.
+fn missing_tail(heads: &Heads, views: &BTreeMap<String, u64>, checkpoint: Option<&Checkpoint>) -> Option<BrokenLink> {
+    let head = |journey: &str| heads.get(journey).map(|(v, _)| *v).unwrap_or(0);
+    let recorded = views.iter().map(|(j, v)| (j, *v, "its view reflects".to_owned())).chain(
+        checkpoint.into_iter().flat_map(|c| c.heads.iter().map(move |(j, (v, _))| (j, *v, format!("checkpoint {} recorded", c.seq)))),
+    );
+    for (journey, version, source) in recorded {
+        let at = head(journey);
+        if at < version {
+            let problem = if at == 0 {
+                format!("the journey has no events left, but {source} version {version}: its events were deleted")
+            } else {
+                format!("the log ends at version {at}, but {source} version {version}: events {}..={version} were deleted", at + 1)
+            };
+            return Some(BrokenLink { journey_id: journey.clone(), sequence: at + 1, problem });
+        }
+    }
+    None
+}
+
 impl App {
     /// Calls `visit` with every event in (journey, sequence) order, page by page.
     async fn each_event(&self, journey: Option<&str>, mut visit: impl FnMut(&StoredEvent) -> Result<(), AppError>) -> Result<(), AppError> {
@@ -126,28 +171,44 @@ impl App {
         Ok(!self.store.events_upto(journey_id, 1).await?.is_empty())
     }
 
-    /// Verifies every chain, reports progress every `every` events, and records the run.
+    /// Verifies every chain, reports progress every `every` events, and records the run; a
+    /// clean run also records a chain checkpoint of every journey's head.
     pub async fn audit_verify_recorded(&self, every: usize, progress: impl FnMut(usize)) -> Result<AuditReport, AppError> {
-        let report = self.audit_verify_with(every, progress).await?;
+        let (report, heads) = self.audit_verify_with(every, progress).await?;
+        let now = self.clock.now().timestamp_millis();
         let run = crate::store::AuditRun {
-            finished_ms: self.clock.now().timestamp_millis(),
+            finished_ms: now,
             streams: i64::try_from(report.streams).unwrap_or(i64::MAX),
             events: i64::try_from(report.events).unwrap_or(i64::MAX),
             intact: report.broken.is_none(),
             broken_at: report.broken.as_ref().map(|b| format!("journey {} sequence {}: {}", b.journey_id, b.sequence, b.problem)),
         };
         self.store.record_audit_run(&run).await?;
+        if report.broken.is_none() {
+            self.store.record_checkpoint(now, &heads).await?;
+        }
         Ok(report)
     }
 
     /// Recomputes every chain: sequence gapless from 1, each `prevHash` the previous event's
-    /// `chainHash`, each `chainHash` the hash of the event as stored.
+    /// `chainHash`, each `chainHash` the hash of the event as stored — and checks that no
+    /// journey's log ends before the version its view row or the newest checkpoint recorded
+    /// (a deleted tail leaves the remaining chain intact, so only these notice it).
     pub async fn audit_verify(&self) -> Result<AuditReport, AppError> {
-        self.audit_verify_with(usize::MAX, |_| {}).await
+        Ok(self.audit_verify_with(usize::MAX, |_| {}).await?.0)
     }
 
-    async fn audit_verify_with(&self, every: usize, mut progress: impl FnMut(usize)) -> Result<AuditReport, AppError> {
+    async fn audit_verify_with(&self, every: usize, mut progress: impl FnMut(usize)) -> Result<(AuditReport, Heads), AppError> {
         let mut report = AuditReport { streams: 0, events: 0, broken: None };
+        // Read before the log: views and checkpoints only ever lag it, so a write racing this
+        // scan can never look like a deletion.
+        let views = self.store.view_versions(ViewTable::Context).await?;
+        let checkpoints = self.store.checkpoints().await?;
+        if let Some(broken) = broken_checkpoint_chain(&checkpoints) {
+            return Ok((AuditReport { broken: Some(broken), ..report }, Heads::new()));
+        }
+        let checkpoint = checkpoints.last();
+        let mut heads = Heads::new();
         let mut current: Option<(String, u64, String)> = None;
         self.each_event(None, |e| {
             if report.broken.is_some() {
@@ -177,18 +238,37 @@ impl App {
                 payload: &e.payload,
                 metadata: &e.metadata,
             });
+            let recorded = checkpoint.and_then(|c| c.heads.get(&e.aggregate_id)).filter(|(v, _)| *v == sequence);
             if sequence != expected_seq {
                 report.broken = broken(format!("sequence gap: expected {expected_seq}"));
             } else if stored_prev != prev {
                 report.broken = broken("prevHash does not match the previous event's chainHash".into());
             } else if stored_hash != computed {
                 report.broken = broken("the event was altered: its content no longer matches its chainHash".into());
+            } else if let Some((_, hash)) = recorded.filter(|(_, h)| *h != stored_hash) {
+                report.broken = broken(format!(
+                    "the event differs from the one checkpoint {} recorded (chainHash {hash})",
+                    checkpoint.map(|c| c.seq).unwrap_or(0)
+                ));
             }
+            heads.insert(e.aggregate_id.clone(), (sequence, stored_hash.to_owned()));
             current = Some((e.aggregate_id.clone(), sequence, stored_hash.to_owned()));
             Ok(())
         })
         .await?;
-        Ok(report)
+        if report.broken.is_none() {
+            report.broken = missing_tail(&heads, &views, checkpoint);
+        }
+        Ok((report, heads))
+    }
+
+    /// Journeys whose log ends before the version their live view reflects (their newest events
+    /// were deleted): a rebuilt view must never replace theirs.
+    pub async fn journeys_behind_their_views(&self) -> Result<Vec<String>, AppError> {
+        // Views first: they only lag the log, so a concurrent write is never mistaken for this.
+        let views = self.store.view_versions(ViewTable::Context).await?;
+        let heads: BTreeMap<String, u64> = self.store.stream_heads().await?.into_iter().collect();
+        Ok(views.into_iter().filter(|(j, v)| heads.get(j).copied().unwrap_or(0) < *v).map(|(j, _)| j).collect())
     }
 
     /// Rebuilds the full-context view of every journey from the log into the shadow table

@@ -34,6 +34,15 @@ pub(super) async fn replay(app: &App, swap: bool) -> anyhow::Result<i32> {
         );
         Ok(0)
     } else if swap {
+        let behind = app.journeys_behind_their_views().await.map_err(|e| anyhow::anyhow!("replay failed: {}", e.code()))?;
+        if !behind.is_empty() {
+            println!(
+                "replay: REFUSING --swap — the log of {} journeys ends before their live views ({}): their newest events were deleted, and swapping would make the loss live. Run `skillpilot audit verify` and restore from a backup.",
+                behind.len(),
+                behind.join(", ")
+            );
+            return Ok(5);
+        }
         let n = app.store.swap_in_shadow_views().await.map_err(|e| anyhow::anyhow!("swap failed: {e}"))?;
         app.swap_in_replayed_analytics().await.map_err(|e| anyhow::anyhow!("swap failed: {}", e.code()))?;
         println!(

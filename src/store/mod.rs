@@ -5,6 +5,7 @@
 
 pub mod backup;
 pub mod chain;
+pub mod checkpoints;
 pub mod identity;
 pub mod oauth;
 pub mod projector;
@@ -852,7 +853,7 @@ pub enum ViewTable {
 }
 
 impl ViewTable {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Context => "journey_context_view",
             Self::ContextShadow => "journey_context_view_shadow",

@@ -298,7 +298,78 @@ async fn concurrent_first_sessions_create_one_started_journey(t: Arc<TestApp>) {
     assert_eq!(events.iter().filter(|e| e.event_type == "JourneyStarted").count(), 1);
 }
 
+/// Deletes the newest `n` events of a journey (or, with `None`, all of them).
+async fn delete_tail(t: &TestApp, journey: &str, n: Option<u64>) {
+    let sql = match n {
+        Some(n) => format!(
+            "DELETE FROM events WHERE aggregate_id = '{journey}' AND sequence > (SELECT MAX(sequence) - {n} FROM events WHERE aggregate_id = '{journey}')"
+        ),
+        None => format!("DELETE FROM events WHERE aggregate_id = '{journey}'"),
+    };
+    t.raw_sql(&sql, &sql).await;
+}
+
+/// Removes what is left of a journey, so the next case starts from an intact log.
+async fn forget_journey(t: &TestApp, journey: &str) {
+    for table in ["events WHERE aggregate_id", "journey_context_view WHERE view_id"] {
+        let sql = format!("DELETE FROM {table} = '{journey}'");
+        t.raw_sql(&sql, &sql).await;
+    }
+}
+
+async fn a_deleted_tail_is_found_by_audit_verify_and_replay_refuses_to_swap_it_live(t: Arc<TestApp>) {
+    // The newest event deleted: the remaining chain is intact, but the view is ahead of it.
+    let a = t.started().await;
+    t.app.execute(complete(&a.journey_id, 2, "cc000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
+    delete_tail(&t, &a.journey_id, Some(1)).await;
+    let broken = t.app.audit_verify().await.unwrap().broken.expect("a deleted newest event is found");
+    assert_eq!(broken.journey_id, a.journey_id);
+    assert!(broken.problem.contains("were deleted"), "{}", broken.problem);
+    let out = t.cli(&["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = t.cli(&["replay", "--swap"]);
+    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("REFUSING --swap"));
+    forget_journey(&t, &a.journey_id).await;
+    assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
+
+    // The newest two deleted.
+    let b = t.started().await;
+    t.app.execute(complete(&b.journey_id, 2, "cc000000-0000-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
+    delete_tail(&t, &b.journey_id, Some(2)).await;
+    let broken = t.app.audit_verify().await.unwrap().broken.expect("two deleted events are found");
+    assert_eq!(broken.journey_id, b.journey_id);
+    forget_journey(&t, &b.journey_id).await;
+
+    // A whole journey truncated.
+    let c = t.started().await;
+    delete_tail(&t, &c.journey_id, None).await;
+    let broken = t.app.audit_verify().await.unwrap().broken.expect("a truncated journey is found");
+    assert_eq!(broken.journey_id, c.journey_id);
+    assert!(broken.problem.contains("no events left"), "{}", broken.problem);
+    forget_journey(&t, &c.journey_id).await;
+
+    // Tail and view row deleted together: the checkpoint of the last clean verify still knows.
+    let d = t.started().await;
+    t.app.execute(complete(&d.journey_id, 2, "cc000000-0000-4000-8000-000000000003", Evidence::Independent), None).await.unwrap();
+    assert_eq!(t.app.audit_verify_recorded(usize::MAX, |_| {}).await.unwrap().broken, None);
+    delete_tail(&t, &d.journey_id, Some(1)).await;
+    let sql = format!("DELETE FROM journey_context_view WHERE view_id = '{}'", d.journey_id);
+    t.raw_sql(&sql, &sql).await;
+    let broken = t.app.audit_verify().await.unwrap().broken.expect("the checkpoint finds the deletion");
+    assert_eq!(broken.journey_id, d.journey_id);
+    assert!(broken.problem.contains("checkpoint 1 recorded"), "{}", broken.problem);
+    // And a removed checkpoint breaks the checkpoint chain itself.
+    forget_journey(&t, &d.journey_id).await;
+    t.app.store.record_checkpoint(1, &Default::default()).await.unwrap();
+    t.raw_sql("DELETE FROM chain_checkpoints WHERE seq = 1", "DELETE FROM chain_checkpoints WHERE seq = 1").await;
+    let broken = t.app.audit_verify().await.unwrap().broken.expect("a removed checkpoint is found");
+    assert!(broken.problem.contains("a checkpoint was removed"), "{}", broken.problem);
+}
+
 both_stores!(
+    a_deleted_tail_is_found_by_audit_verify_and_replay_refuses_to_swap_it_live,
     appended_events_load_back_into_the_same_state,
     thirty_two_concurrent_writers_on_one_version_produce_exactly_one_success,
     a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_receipt,
