@@ -236,6 +236,10 @@ impl From<StoreError> for AppError {
                 Self::StoreUnavailable
             }
             StoreError::Conflict => Self::StateConflict { current: 0 },
+            StoreError::Rejected(detail) => {
+                tracing::info!(%detail, "the database refused an input value");
+                Self::ValidationFailed { field: "input".into() }
+            }
             StoreError::Corrupt(detail) | StoreError::Database(detail) => {
                 tracing::error!(%detail, "store error");
                 Self::Internal

@@ -53,6 +53,10 @@ impl OAuthError {
 
 impl From<crate::store::StoreError> for OAuthError {
     fn from(e: crate::store::StoreError) -> Self {
+        if let crate::store::StoreError::Rejected(detail) = &e {
+            tracing::info!(%detail, "the database refused an input value");
+            return oauth_error("invalid_request", "a parameter holds a value that cannot be stored (a NUL byte, say)");
+        }
         tracing::error!(error = %e, "authorization server store error");
         oauth_error("server_error", "the store is unavailable")
     }
@@ -314,7 +318,8 @@ impl App {
         } else {
             match self.store.oauth_client(client_id).await {
                 Ok(Some(c)) => c,
-                Ok(None) => return Err(AuthorizeError::Page("the client is not registered")),
+                // A value the database refuses (a NUL byte) names no registered client either.
+                Ok(None) | Err(crate::store::StoreError::Rejected(_)) => return Err(AuthorizeError::Page("the client is not registered")),
                 Err(_) => return Err(AuthorizeError::Page("the store is unavailable")),
             }
         };

@@ -289,7 +289,26 @@ enum AuditCommand {
 }
 
 /// Runs the parsed command; the exit code is returned rather than `exit`ed, so tests can call it.
+/// When it fails on the store and the store is a SQLite file, the file is checked, so a damaged
+/// database is named as the cause instead of a bare `INTERNAL`.
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let db = DbUrl::parse(&cli.db);
+    match run_command(cli).await {
+        Err(e) if format!("{e:#}").contains("INTERNAL") || format!("{e:#}").contains("STORE_UNAVAILABLE") => Err(diagnose(&db, e).await),
+        other => other,
+    }
+}
+
+async fn diagnose(db: &DbUrl, error: anyhow::Error) -> anyhow::Error {
+    let Some(path) = db.sqlite_path().filter(|p| p.is_file()) else { return error };
+    match crate::store::backup::sqlite_integrity(path).await {
+        Ok(()) => error,
+        // The cause last: it is what the operator acts on.
+        Err(found) => anyhow::anyhow!("{error:#} — caused by a damaged SQLite database {}: {found}", path.display()),
+    }
+}
+
+async fn run_command(cli: Cli) -> anyhow::Result<i32> {
     let mut settings = Settings::for_db(DbUrl::parse(&cli.db));
     settings.content_dir = cli.content.clone();
     settings.capability_keys = std::env::var("SKILLPILOT_CAPABILITY_KEYS").ok().filter(|s| !s.trim().is_empty());

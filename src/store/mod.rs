@@ -35,9 +35,19 @@ pub enum StoreError {
     /// The stored data cannot be read back (a defect or tampering).
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// The database refused a value of the request (PostgreSQL's data exceptions, class 22: a
+    /// NUL byte in a text, an invalid byte sequence, a number out of range). Bad input, not a
+    /// fault: nothing was written.
+    #[error("the database refused a value: {0}")]
+    Rejected(String),
     /// Any other database error.
     #[error("database error: {0}")]
     Database(String),
+}
+
+/// Whether a database error is a data exception (SQLSTATE class 22) — the input's fault.
+fn is_data_exception(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("22")))
 }
 
 /// Pool acquisitions that timed out in this process (every one becomes `STORE_UNAVAILABLE`);
@@ -56,6 +66,7 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "5" || c == "6") => {
                 Self::Unavailable(db.to_string())
             }
+            ref e if is_data_exception(e) => Self::Rejected(err.to_string()),
             other => Self::Database(other.to_string()),
         }
     }
@@ -66,7 +77,11 @@ impl From<PersistenceError> for StoreError {
         match err {
             PersistenceError::OptimisticLockError => Self::Conflict,
             PersistenceError::DeserializationError(e) => Self::Corrupt(e.to_string()),
-            PersistenceError::ConnectionError(e) | PersistenceError::UnknownError(e) => Self::Unavailable(e.to_string()),
+            // The store crates box sqlx's error: a data exception is still the input's fault.
+            PersistenceError::ConnectionError(e) | PersistenceError::UnknownError(e) => match e.downcast_ref::<sqlx::Error>() {
+                Some(inner) if is_data_exception(inner) => Self::Rejected(e.to_string()),
+                _ => Self::Unavailable(e.to_string()),
+            },
         }
     }
 }

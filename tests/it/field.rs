@@ -495,3 +495,57 @@ mod short_cache {
     use super::*;
     both_stores!(settings = short_bearer_cache; revoked_learners_tokens_and_clients_stop_working_within_the_bearer_cache_lifetime);
 }
+
+/// A damaged SQLite file: the CLI's last line names the damage, not a bare `INTERNAL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_sqlite_file_is_named_as_the_cause_on_the_clis_last_line() {
+    use sqlx::Connection;
+    let t = crate::helpers::spawn(crate::helpers::Backend::Sqlite).await;
+    t.started().await;
+    t.raw_sql("PRAGMA wal_checkpoint(TRUNCATE)", "").await;
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", t.db_url)).await.unwrap();
+    let root: i64 = sqlx::query_scalar("SELECT rootpage FROM sqlite_master WHERE name = 'events'").fetch_one(&mut conn).await.unwrap();
+    let page: i64 = sqlx::query_scalar("PRAGMA page_size").fetch_one(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+    t.app.store.close().await;
+    {
+        use std::io::{Seek, Write};
+        let mut file = std::fs::OpenOptions::new().write(true).open(&t.db_url).unwrap();
+        file.seek(std::io::SeekFrom::Start(((root - 1) * page) as u64)).unwrap();
+        file.write_all(&vec![0xee; page as usize]).unwrap();
+    }
+    let out = t.cli(&["events"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("damaged SQLite database") && last.contains("malformed"), "{stderr}");
+    t.teardown().await;
+}
+
+/// A NUL byte reaches PostgreSQL only as a refused value: a 4xx the client can act on, never
+/// `STORE_UNAVAILABLE` or a server error; SQLite stores it and simply finds nothing.
+async fn a_nul_byte_in_a_parameter_is_bad_input_on_both_stores(t: Arc<TestApp>) {
+    let r = t
+        .http
+        .post(format!("{}/oauth/token", t.base_url))
+        .form(&[("grant_type", "refresh_token"), ("refresh_token", "x"), ("client_id", "client\u{0}id")])
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    assert!((400..500).contains(&status), "{status}: {body}");
+    assert_ne!(body["error"], "server_error", "{body}");
+    let authorize = t
+        .http
+        .get(format!("{}/oauth/authorize?response_type=code&client_id=a%00b&redirect_uri=https%3A%2F%2Fx.example%2Fcb", t.base_url))
+        .header("accept-language", "en")
+        .send()
+        .await
+        .unwrap();
+    assert!(authorize.status().is_client_error(), "{}", authorize.status());
+    let page = authorize.text().await.unwrap();
+    assert!(page.contains("not registered") && !page.contains("unavailable"), "{page}");
+}
+
+both_stores!(a_nul_byte_in_a_parameter_is_bad_input_on_both_stores);
