@@ -64,11 +64,13 @@ pub struct HttpSettings {
     /// A client must send its request headers, and then its body, each within this time;
     /// a slow or dead client is disconnected (headers) or answered 408 (body).
     pub client_timeout: std::time::Duration,
+    /// Open connections at most; a connection beyond it is closed at once.
+    pub max_connections: usize,
 }
 
 impl Default for HttpSettings {
     fn default() -> Self {
-        Self { max_body_bytes: 256 * 1024, client_timeout: std::time::Duration::from_secs(30) }
+        Self { max_body_bytes: 256 * 1024, client_timeout: std::time::Duration::from_secs(30), max_connections: 1024 }
     }
 }
 
@@ -117,6 +119,7 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("capability_keys", "SKILLPILOT_CAPABILITY_KEYS"),
     ("max_body_bytes", "SKILLPILOT_MAX_BODY_BYTES"),
     ("client_timeout_secs", "SKILLPILOT_CLIENT_TIMEOUT_SECS"),
+    ("max_connections", "SKILLPILOT_MAX_CONNECTIONS"),
     ("oauth_issuer", "SKILLPILOT_OAUTH_ISSUER"),
     ("oauth_jwks", "SKILLPILOT_OAUTH_JWKS"),
     ("oauth_audience", "SKILLPILOT_OAUTH_AUDIENCE"),

@@ -2,8 +2,9 @@
 //! port), serve until a shutdown signal, then close the store.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -14,6 +15,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::app::App;
+use crate::config::HttpSettings;
 use crate::http;
 
 /// A bound, ready-to-run service.
@@ -55,7 +57,7 @@ impl Application {
                 }
             })
         };
-        serve(self.listener, router, self.app.settings.http.client_timeout, shutdown).await;
+        serve(self.listener, router, &self.app.settings.http, shutdown).await;
         projector.abort();
         self.app.store.close().await;
         Ok(())
@@ -63,14 +65,18 @@ impl Application {
 }
 
 /// The accept loop. `axum::serve` sets no timer, so hyper would wait forever for the headers
-/// of a slow or dead client; here a client has `client_timeout` to send them (also between
-/// keep-alive requests). On shutdown the listener closes and open requests drain for as long
-/// as a handler may run.
-async fn serve(listener: TcpListener, router: axum::Router, client_timeout: Duration, shutdown: impl Future<Output = ()>) {
+/// of a slow or dead client, for an HTTP/2 preface, or on an idle HTTP/2 connection. Here every
+/// connection has a watchdog: while no request is in flight, it may stay silent for at most
+/// `client_timeout` (from the accept, or from its last response) — HTTP/1 and HTTP/2 alike, in
+/// protocol detection too. At most `max_connections` are open; one beyond is closed at once. On
+/// shutdown the listener closes and open requests drain for as long as a handler may run.
+async fn serve(listener: TcpListener, router: axum::Router, http: &HttpSettings, shutdown: impl Future<Output = ()>) {
+    let client_timeout = http.client_timeout;
     let mut builder = Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(client_timeout);
     builder.http2().timer(TokioTimer::new()).keep_alive_interval(client_timeout).keep_alive_timeout(client_timeout);
     let graceful = GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(http.max_connections.max(1)));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -85,24 +91,107 @@ async fn serve(listener: TcpListener, router: axum::Router, client_timeout: Dura
             },
             () = &mut shutdown => break,
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(max = http.max_connections, "connection limit reached; a new connection is closed");
+            drop(stream);
+            continue;
+        };
         let (builder, router, watcher) = (builder.clone(), router.clone(), graceful.watcher());
         tokio::spawn(async move {
-            // hyper's protocol detection waits for the first bytes without a timer: a client
-            // that connects and sends nothing is dropped here.
-            let mut first = [0u8; 1];
-            if !matches!(tokio::time::timeout(client_timeout, stream.peek(&mut first)).await, Ok(Ok(n)) if n > 0) {
-                return;
-            }
-            let service = TowerToHyperService::new(router);
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-            if let Err(e) = watcher.watch(connection).await {
-                tracing::debug!(error = %e, "connection closed with an error");
+            let _slot = slot;
+            let activity = Arc::new(Activity::new());
+            let service = Tracked { inner: TowerToHyperService::new(router), activity: activity.clone() };
+            let connection = watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned());
+            let mut connection = std::pin::pin!(connection);
+            let mut tick = tokio::time::interval((client_timeout / 4).max(Duration::from_millis(50)));
+            loop {
+                tokio::select! {
+                    result = &mut connection => {
+                        if let Err(e) = result {
+                            tracing::debug!(error = %e, "connection closed with an error");
+                        }
+                        break;
+                    }
+                    _ = tick.tick() => if activity.idle_longer_than(client_timeout) {
+                        // Dropping the connection closes the socket: nothing is in flight.
+                        tracing::debug!("idle connection closed");
+                        break;
+                    },
+                }
             }
         });
     }
     drop(listener);
     if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
         tracing::warn!("some connections did not drain in time");
+    }
+}
+
+/// What a connection's watchdog knows: requests in flight, and when the connection last did
+/// something (accepted, or finished a request).
+struct Activity {
+    in_flight: AtomicUsize,
+    since: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self { in_flight: AtomicUsize::new(0), since: Instant::now(), last_ms: AtomicU64::new(0) }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn idle_longer_than(&self, limit: Duration) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0
+            && self.now_ms().saturating_sub(self.last_ms.load(Ordering::Acquire)) > u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The connection's service, counting the requests in flight for its watchdog.
+#[derive(Clone)]
+struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S, R> hyper::service::Service<R> for Tracked<S>
+where
+    S: hyper::service::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn call(&self, request: R) -> Self::Future {
+        let guard = InFlight::enter(self.activity.clone());
+        let future = self.inner.call(request);
+        Box::pin(async move {
+            let result = future.await;
+            drop(guard);
+            result
+        })
+    }
+}
+
+/// One request in flight; leaving (also by a cancelled HTTP/2 stream dropping the future)
+/// counts it out and marks the connection active now.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn enter(activity: Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.last_ms.store(self.0.now_ms(), Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

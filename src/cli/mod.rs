@@ -68,9 +68,13 @@ enum Command {
         /// Largest accepted request body in bytes; larger ones get 413 before parsing.
         #[arg(long, env = "SKILLPILOT_MAX_BODY_BYTES", default_value_t = 262_144)]
         max_body_bytes: usize,
-        /// Seconds a client has to send its request headers, and then its body.
+        /// Seconds a client has to send its request headers, and then its body; also how long
+        /// an idle connection (HTTP/1 keep-alive or HTTP/2) stays open.
         #[arg(long, env = "SKILLPILOT_CLIENT_TIMEOUT_SECS", default_value_t = 30)]
         client_timeout_secs: u64,
+        /// Open connections at most (beyond it a new connection is closed at once).
+        #[arg(long, env = "SKILLPILOT_MAX_CONNECTIONS", default_value_t = 1024)]
+        max_connections: usize,
         /// Accept JWT access tokens of this external identity provider (its issuer identifier)
         /// instead of running the built-in authorization server; needs --oauth-jwks.
         #[arg(long, env = "SKILLPILOT_OAUTH_ISSUER", requires = "oauth_jwks")]
@@ -394,6 +398,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
             allowed_origins,
             max_body_bytes,
             client_timeout_secs,
+            max_connections,
             oauth_issuer,
             oauth_jwks,
             oauth_audience,
@@ -410,8 +415,11 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
                 });
             }
             settings.mcp = crate::mcp::McpSettings { allowed_hosts, allowed_origins, ..Default::default() };
-            settings.http =
-                crate::config::HttpSettings { max_body_bytes, client_timeout: std::time::Duration::from_secs(client_timeout_secs.max(1)) };
+            settings.http = crate::config::HttpSettings {
+                max_body_bytes,
+                client_timeout: std::time::Duration::from_secs(client_timeout_secs.max(1)),
+                max_connections: max_connections.max(1),
+            };
             settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
             settings.addr = addr;
             settings.default_locale = default_locale;

@@ -17,7 +17,7 @@ const LIMIT: usize = 4096;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(1);
 
 fn small_limits(settings: &mut skillpilot::config::Settings) {
-    settings.http = skillpilot::config::HttpSettings { max_body_bytes: LIMIT, client_timeout: CLIENT_TIMEOUT };
+    settings.http = skillpilot::config::HttpSettings { max_body_bytes: LIMIT, client_timeout: CLIENT_TIMEOUT, max_connections: 64 };
 }
 
 async fn oversized_bodies_get_413_before_parsing_and_change_nothing(t: Arc<TestApp>) {
@@ -137,3 +137,61 @@ both_stores!(settings = small_limits;
     oversized_bodies_get_413_before_parsing_and_change_nothing,
     stalled_clients_are_cut_off_while_others_are_served
 );
+
+/// HTTP/2 and protocol detection get the same deadline as HTTP/1: a partial preface, an idle
+/// HTTP/2 connection after its handshake, and a half HTTP/1 request line are all closed by the
+/// server within a few client timeouts.
+async fn idle_and_partial_http2_connections_are_cut_off_too(t: Arc<TestApp>) {
+    let addr = t.base_url.trim_start_matches("http://").to_owned();
+    let mut partial_preface = TcpStream::connect(&addr).await.unwrap();
+    partial_preface.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let mut idle_h2 = TcpStream::connect(&addr).await.unwrap();
+    // The full preface and an empty SETTINGS frame, then silence (pings go unanswered).
+    idle_h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").await.unwrap();
+    let mut partial_h1 = TcpStream::connect(&addr).await.unwrap();
+    partial_h1.write_all(b"GET /healthz HT").await.unwrap();
+    let ((_, a), (_, b), (_, c)) = tokio::join!(
+        read_until_closed(&mut partial_preface, "partial HTTP/2 preface"),
+        read_until_closed(&mut idle_h2, "idle HTTP/2 connection"),
+        read_until_closed(&mut partial_h1, "partial HTTP/1 request")
+    );
+    for after in [a, b, c] {
+        assert!(after < CLIENT_TIMEOUT * 5, "cut off after {after:?}");
+    }
+    // A real HTTP/2 client is served (prior knowledge, no TLS).
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let r = h2.get(format!("{}/healthz", t.base_url)).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.version()), (200, reqwest::Version::HTTP_2));
+}
+
+fn few_connections(settings: &mut skillpilot::config::Settings) {
+    small_limits(settings);
+    settings.http.max_connections = 8;
+}
+
+/// Beyond `max_connections` a new connection is closed at once; when the held ones time out,
+/// the service answers again.
+async fn connections_beyond_the_cap_are_closed_at_once(t: Arc<TestApp>) {
+    let addr = t.base_url.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut extra = TcpStream::connect(&addr).await.unwrap();
+    let (_, after) = read_until_closed(&mut extra, "connection beyond the cap").await;
+    assert!(after < CLIENT_TIMEOUT / 2, "the ninth connection was kept for {after:?}");
+    // The held ones are cut off by their idle deadline; then the service answers again.
+    for mut stream in held {
+        read_until_closed(&mut stream, "held connection").await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(t.http.get(format!("{}/healthz", t.base_url)).send().await.unwrap().status(), 200);
+}
+
+both_stores!(settings = small_limits; idle_and_partial_http2_connections_are_cut_off_too);
+
+mod capped {
+    use super::*;
+    both_stores!(settings = few_connections; connections_beyond_the_cap_are_closed_at_once);
+}
