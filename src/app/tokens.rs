@@ -259,6 +259,14 @@ impl Keys {
         self.seal(claims, WEB_PURPOSE)
     }
 
+    /// A keyed MAC (blake3, with a key derived from the current capability key) over `data`
+    /// for `purpose`: every instance sharing the keys computes the same value, nobody else can.
+    pub fn mac(&self, purpose: &str, data: &str) -> String {
+        let Some(key) = self.keys.get(&self.current) else { return String::new() };
+        let derived = blake3::derive_key(&format!("skillpilot {purpose} v1"), key.as_bytes());
+        blake3::keyed_hash(&derived, data.as_bytes()).to_hex().to_string()
+    }
+
     /// Opens the web GUI's sign-in cookie.
     pub fn open_web<T: for<'de> Deserialize<'de>>(&self, token: &str) -> Option<T> {
         self.open(token, WEB_PURPOSE)

@@ -30,6 +30,33 @@ use text::{texts, Texts};
 const SESSION_COOKIE: &str = "sp_web";
 const CSRF_COOKIE: &str = "sp_csrf";
 
+/// Every page's security headers: no framing, no sniffing, no referrer to other origins (codes
+/// and states travel in URLs during OAuth; `no-referrer` would make Chrome send `Origin: null`
+/// on our own form posts), and a CSP that allows only this origin's scripts and styles (the
+/// inline style attributes of the progress graph included). No `form-action`: Chrome applies
+/// it to the redirect after the consent form, which goes to the client.
+const CSP: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'";
+
+async fn security_headers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, header::HeaderValue::from_static(CSP));
+    headers.insert(header::X_FRAME_OPTIONS, header::HeaderValue::from_static("DENY"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, header::HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, header::HeaderValue::from_static("same-origin"));
+    response
+}
+
+/// The start page's one script (sets the browser's time zone), served from this origin so the
+/// CSP needs no `unsafe-inline` for scripts.
+async fn start_script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8"), (header::CACHE_CONTROL, "public, max-age=3600")],
+        include_str!("templates/start.js"),
+    )
+        .into_response()
+}
+
 fn templates() -> Environment<'static> {
     let mut env = Environment::new();
     for (name, source) in [
@@ -61,7 +88,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/operator/audit", post(operator_audit))
         .route("/operator/revoke", post(operator_revoke))
         .route("/oauth/authorize", get(oauth::authorize).post(oauth::decide))
+        .route("/static/start.js", get(start_script))
         .with_state(state)
+        .layer(axum::middleware::from_fn(security_headers))
 }
 
 struct Web {
@@ -118,7 +147,7 @@ impl Web {
     /// unexpired, and name a web session the server still holds open (sign-out, a revoked
     /// learner or expiry end it; a copied cookie then opens nothing).
     async fn session(&self, headers: &HeaderMap) -> Option<(Principal, String)> {
-        let sealed = cookie(headers, SESSION_COOKIE)?;
+        let sealed = cookie(headers, &self.cookie_name(SESSION_COOKIE))?;
         let claims: WebClaims = self.app.keys.open_web(&sealed)?;
         let now = self.app.clock.now();
         if claims.exp < now.timestamp() {
@@ -140,22 +169,53 @@ impl Web {
         self.session(headers).await.map(|(p, _)| p)
     }
 
-    /// The CSRF token of this browser, and the cookie to set when it is new.
-    fn csrf(&self, headers: &HeaderMap) -> (String, Option<String>) {
-        if let Some(existing) = cookie(headers, CSRF_COOKIE).filter(|c| c.len() >= 32) {
-            return (existing, None);
+    /// A cookie's name: `__Host-` prefixed when the service is on https (the browser then
+    /// insists on `Secure`, `Path=/` and no `Domain`, so no sibling host can plant it).
+    fn cookie_name(&self, base: &str) -> String {
+        if self.app.settings.public_url.starts_with("https://") {
+            format!("__Host-{base}")
+        } else {
+            base.to_owned()
         }
-        // Two random UUIDs: 244 bits from the OS generator, never a predictable fallback.
-        let token = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-        let set = format!("{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{}", self.secure());
-        (token, Some(set))
     }
 
+    /// What a CSRF token is bound to: this browser's random CSRF cookie and, once signed in,
+    /// its server-side web session.
+    fn csrf_binding(&self, browser: &str, headers: &HeaderMap) -> String {
+        let wsid = cookie(headers, &self.cookie_name(SESSION_COOKIE))
+            .and_then(|sealed| self.app.keys.open_web::<WebClaims>(&sealed))
+            .map(|c| c.wsid)
+            .unwrap_or_default();
+        format!("{browser}|{wsid}")
+    }
+
+    /// The CSRF token for this browser's forms, and the cookie to set when it has none yet. The
+    /// token is a MAC over the binding, so a planted cookie/field pair is worthless.
+    fn csrf(&self, headers: &HeaderMap) -> (String, Option<String>) {
+        let name = self.cookie_name(CSRF_COOKIE);
+        let (browser, set) = match cookie(headers, &name).filter(|c| c.len() >= 32) {
+            Some(existing) => (existing, None),
+            None => {
+                // Two random UUIDs: 244 bits from the OS generator, never a predictable fallback.
+                let id = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+                let set = format!("{name}={id}; Path=/; HttpOnly; SameSite=Strict{}", self.secure());
+                (id, Some(set))
+            }
+        };
+        (self.app.keys.mac("csrf", &self.csrf_binding(&browser, headers)), set)
+    }
+
+    /// A form post is accepted when it comes from this origin (its `Origin` and
+    /// `Sec-Fetch-Site`, where the browser sends them) and carries the token bound to this
+    /// browser and its sign-in.
     fn csrf_ok(&self, headers: &HeaderMap, form: &HashMap<String, String>) -> bool {
-        match (cookie(headers, CSRF_COOKIE), form.get("csrf")) {
-            (Some(c), Some(f)) => c.len() >= 32 && blake3::hash(c.as_bytes()) == blake3::hash(f.as_bytes()),
-            _ => false,
-        }
+        let own = self.app.settings.public_url.trim_end_matches('/');
+        let origin_ok = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()).is_none_or(|o| o.eq_ignore_ascii_case(own));
+        let site_ok = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()).is_none_or(|s| s == "same-origin" || s == "none");
+        let Some(browser) = cookie(headers, &self.cookie_name(CSRF_COOKIE)).filter(|c| c.len() >= 32) else { return false };
+        let expected = self.app.keys.mac("csrf", &self.csrf_binding(&browser, headers));
+        let token_ok = form.get("csrf").is_some_and(|f| blake3::hash(f.as_bytes()) == blake3::hash(expected.as_bytes()));
+        origin_ok && site_ok && token_ok
     }
 
     fn render(&self, name: &str, ctx: minijinja::Value, set_cookie: Option<String>, status: StatusCode) -> Response {
@@ -249,9 +309,11 @@ async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Fo
     let sealed = web.app.keys.seal_web(&claims);
     let target = if next.contains('?') { next.to_owned() } else { format!("{next}?lang={lang}") };
     let mut response = Redirect::to(&target).into_response();
-    if let Ok(v) =
-        header::HeaderValue::from_str(&format!("{SESSION_COOKIE}={sealed}; Path=/; HttpOnly; SameSite=Lax; Max-Age=43200{}", web.secure()))
-    {
+    if let Ok(v) = header::HeaderValue::from_str(&format!(
+        "{}={sealed}; Path=/; HttpOnly; SameSite=Lax; Max-Age=43200{}",
+        web.cookie_name(SESSION_COOKIE),
+        web.secure()
+    )) {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     response
@@ -270,7 +332,11 @@ async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): F
         }
     }
     let mut response = Redirect::to("/start").into_response();
-    if let Ok(v) = header::HeaderValue::from_str(&format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}", web.secure())) {
+    if let Ok(v) = header::HeaderValue::from_str(&format!(
+        "{}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{}",
+        web.cookie_name(SESSION_COOKIE),
+        web.secure()
+    )) {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     response

@@ -445,7 +445,11 @@ impl Browser {
             .unwrap();
         assert_eq!(r.status(), 303, "sign-in failed");
         let session = set_cookies(&r).into_iter().find(|c| c.starts_with("sp_web=")).unwrap();
-        Self { http, base: t.base_url.clone(), cookies: format!("{csrf_cookie}; {session}"), csrf }
+        let mut browser = Self { http, base: t.base_url.clone(), cookies: format!("{csrf_cookie}; {session}"), csrf };
+        // The form token is bound to the sign-in: read it again from a signed-in page.
+        let html = browser.get("/operator?lang=en").await;
+        browser.csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+        browser
     }
 
     async fn get(&self, path: &str) -> String {
@@ -549,3 +553,61 @@ async fn a_nul_byte_in_a_parameter_is_bad_input_on_both_stores(t: Arc<TestApp>) 
 }
 
 both_stores!(a_nul_byte_in_a_parameter_is_bad_input_on_both_stores);
+
+/// A form's CSRF token is bound to the browser's cookie and its sign-in (a planted pair is
+/// worthless), and a post from another origin is refused even with a valid token.
+async fn csrf_tokens_are_bound_and_cross_origin_posts_are_refused(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = http.get(format!("{}/start?lang=en", t.base_url)).send().await.unwrap();
+    let cookie = set_cookies(&page).into_iter().find(|c| c.starts_with("sp_csrf=")).unwrap();
+    let html = page.text().await.unwrap();
+    let csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let sign_in = |cookie: String, csrf: String, extra: Option<(&'static str, &'static str)>| {
+        let mut r = http.post(format!("{}/sign-in", t.base_url)).header("cookie", cookie).form(&[
+            ("csrf", csrf),
+            ("token", token.clone()),
+            ("next", "/start".to_owned()),
+        ]);
+        if let Some((k, v)) = extra {
+            r = r.header(k, v);
+        }
+        r.send()
+    };
+    let planted = "a".repeat(64);
+    assert_eq!(sign_in(format!("sp_csrf={planted}"), planted.clone(), None).await.unwrap().status(), 403, "a planted double-submit pair");
+    assert_ne!(csrf, cookie.trim_start_matches("sp_csrf="), "the token is not the cookie");
+    assert_eq!(sign_in(cookie.clone(), csrf.clone(), Some(("origin", "https://evil.example"))).await.unwrap().status(), 403);
+    assert_eq!(sign_in(cookie.clone(), csrf.clone(), Some(("sec-fetch-site", "cross-site"))).await.unwrap().status(), 403);
+    let ok = sign_in(cookie.clone(), csrf.clone(), Some(("origin", Box::leak(t.base_url.clone().into_boxed_str())))).await.unwrap();
+    assert_eq!(ok.status(), 303);
+    // Signed in, the pre-sign-in token no longer opens a form: it is bound to the sign-in too.
+    let session = set_cookies(&ok).into_iter().find(|c| c.starts_with("sp_web=")).unwrap();
+    let out = http
+        .post(format!("{}/sign-out", t.base_url))
+        .header("cookie", format!("{cookie}; {session}"))
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 403);
+}
+
+fn https_public_url(settings: &mut skillpilot::config::Settings) {
+    settings.public_url = "https://learn.example".into();
+}
+
+/// Behind https the cookies are `__Host-` prefixed and `Secure`.
+async fn cookies_are_host_prefixed_and_secure_behind_https(t: Arc<TestApp>) {
+    let page = t.http.get(format!("{}/start", t.base_url)).send().await.unwrap();
+    let raw: Vec<String> = page.headers().get_all("set-cookie").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+    let csrf = raw.iter().find(|c| c.starts_with("__Host-sp_csrf=")).unwrap_or_else(|| panic!("{raw:?}"));
+    assert!(csrf.contains("; Secure") && csrf.contains("Path=/") && !csrf.contains("Domain"), "{csrf}");
+}
+
+both_stores!(csrf_tokens_are_bound_and_cross_origin_posts_are_refused);
+
+mod behind_https {
+    use super::*;
+    both_stores!(settings = https_public_url; cookies_are_host_prefixed_and_secure_behind_https);
+}

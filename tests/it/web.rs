@@ -125,7 +125,27 @@ async fn the_operator_page_refuses_learners_and_analysts(t: Arc<TestApp>) {
     browser(&t, "operator-refuses", &analyst, &[]).await;
 }
 
+async fn every_page_carries_its_security_headers_and_works_under_its_csp(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    browser(&t, "headers", &token, &[]).await;
+}
+
+/// The widget as an MCP host gets it (`resources/read`), in a real browser inside a host page.
+async fn the_widget_takes_pictures_only_from_its_host_and_never_runs_their_markup(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    let r =
+        crate::mcp_contract::rpc(&t, Some(&token), "resources/read", serde_json::json!({"uri": "ui://skillpilot/goal-picture.html"})).await;
+    let body: serde_json::Value = r.json().await.unwrap();
+    let html = body["result"]["contents"][0]["text"].as_str().unwrap().to_owned();
+    let file = std::env::temp_dir().join(format!("sp_widget_{}.html", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&file, html).unwrap();
+    browser(&t, "widget", &token, &[file.to_str().unwrap()]).await;
+    std::fs::remove_file(file).ok();
+}
+
 crate::both_stores!(
+    every_page_carries_its_security_headers_and_works_under_its_csp,
+    the_widget_takes_pictures_only_from_its_host_and_never_runs_their_markup,
     a_session_started_through_the_page_is_the_one_the_gate_returns,
     the_progress_page_shows_the_mastered_goals_and_the_active_goal,
     forms_without_their_csrf_token_are_refused,

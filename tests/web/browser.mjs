@@ -1,6 +1,7 @@
 // Drives SkillPilot's web pages in the system's headless Chromium (never a downloaded browser).
 // Called by tests/it/web.rs:  node browser.mjs <scenario> <base-url> <token> <shots-dir> [expectations…]
 // Exits non-zero with a message on the first broken expectation.
+import { readFileSync } from "node:fs";
 import { chromium } from "playwright-core";
 
 const [scenario, base, token, shots, ...expect] = process.argv.slice(2);
@@ -77,6 +78,45 @@ try {
       return r.status;
     });
     if (started !== 403) fail(`start without CSRF token answered ${started}`);
+  } else if (scenario === "headers") {
+    // Every page carries its security headers, and its CSP does not break it (the start page's
+    // time-zone script runs from /static, not inline).
+    await signIn("/start");
+    const r = await page.goto(`${base}/start`);
+    const h = r.headers();
+    if (!/frame-ancestors 'none'/.test(h["content-security-policy"] || "")) fail(`CSP: ${h["content-security-policy"]}`);
+    if (!/script-src 'self'/.test(h["content-security-policy"] || "")) fail(`CSP script-src: ${h["content-security-policy"]}`);
+    if (h["x-frame-options"] !== "DENY" || h["x-content-type-options"] !== "nosniff" || !h["referrer-policy"]) fail(`headers: ${JSON.stringify(h)}`);
+    const tz = await page.locator("#time_zone").inputValue();
+    if (!tz || tz === "") fail("the time-zone script did not run under the CSP");
+  } else if (scenario === "widget") {
+    // The goal-picture widget in a host page: only its host window (event.source === parent)
+    // may hand it a picture, and the picture is shown as an image, never as live markup.
+    const [widgetFile] = expect;
+    const html = readFileSync(widgetFile, "utf8");
+    await page.setContent(`<iframe id="w"></iframe><iframe id="evil"></iframe>`);
+    await page.evaluate((doc) => new Promise((done) => {
+      const w = document.getElementById("w");
+      w.onload = done;
+      w.srcdoc = doc;
+    }), html);
+    const picture = (svg, title) => ({ method: "ui/notifications/tool-result", params: { _meta: { "skillpilot/goalPicture": { svg, alt: "alt text", title } } } });
+    const hostile = `<svg xmlns="http://www.w3.org/2000/svg" onload="top.pwned=1"><script>top.pwned=2</script><circle r="5"/></svg>`;
+    // A sibling frame (not the host) posts: ignored.
+    await page.evaluate((msg) => document.getElementById("evil").contentWindow.eval(
+      `parent.document.getElementById("w").contentWindow.postMessage(${JSON.stringify(msg)}, "*")`), picture(hostile, "EVIL"));
+    await page.waitForTimeout(300);
+    const frame = await (await page.$("#w")).contentFrame();
+    if (!frame) fail("widget frame not found");
+    if ((await frame.locator("#picture *").count()) !== 0) fail("a message from a sibling frame was shown");
+    // The host posts: shown as an <img>; its scripts never run.
+    await page.evaluate((msg) => document.getElementById("w").contentWindow.postMessage(msg, "*"), picture(hostile, "Picture"));
+    await frame.locator("figcaption").waitFor();
+    if ((await frame.locator("#picture img").count()) !== 1) fail("the picture is not an <img>");
+    if ((await frame.locator("#picture svg").count()) !== 0) fail("the picture was inserted as live markup");
+    if ((await frame.locator("figcaption").innerText()) !== "Picture") fail("caption");
+    await page.waitForTimeout(300);
+    if (await page.evaluate(() => window.pwned)) fail("a script in the picture ran");
   } else {
     fail("unknown scenario");
   }
