@@ -52,6 +52,10 @@ pub struct Settings {
     pub bearer_cache_ttl: std::time::Duration,
     /// When set, `/metrics` requires this bearer token.
     pub metrics_token: Option<String>,
+    /// Dynamic client registrations one address may make per hour (0: no limit).
+    pub oauth_register_per_hour: u32,
+    /// Registered OAuth clients that never completed an authorization are deleted after this.
+    pub oauth_unused_client_ttl: chrono::Duration,
     /// Extra CA certificates (PEM) trusted for outbound HTTPS (a private identity provider).
     pub outbound_ca_file: Option<PathBuf>,
 }
@@ -97,6 +101,8 @@ impl Settings {
             reload_gap_ms: 2000,
             metrics_token: None,
             outbound_ca_file: None,
+            oauth_register_per_hour: 20,
+            oauth_unused_client_ttl: Duration::hours(24),
             bearer_cache_ttl: crate::app::identity::PRINCIPAL_TTL,
         }
     }
@@ -126,6 +132,8 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("log_format", "SKILLPILOT_LOG_FORMAT"),
     ("metrics_token", "SKILLPILOT_METRICS_TOKEN"),
     ("outbound_ca_file", "SKILLPILOT_OUTBOUND_CA_FILE"),
+    ("oauth_register_per_hour", "SKILLPILOT_OAUTH_REGISTER_PER_HOUR"),
+    ("oauth_unused_client_hours", "SKILLPILOT_OAUTH_UNUSED_CLIENT_HOURS"),
 ];
 
 /// Reads the TOML file named by `SKILLPILOT_CONFIG` (or `--config FILE` on the command line)

@@ -79,9 +79,9 @@ async fn serve(listener: TcpListener, router: axum::Router, http: &HttpSettings,
     let slots = Arc::new(tokio::sync::Semaphore::new(http.max_connections.max(1)));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -100,7 +100,7 @@ async fn serve(listener: TcpListener, router: axum::Router, http: &HttpSettings,
         tokio::spawn(async move {
             let _slot = slot;
             let activity = Arc::new(Activity::new());
-            let service = Tracked { inner: TowerToHyperService::new(router), activity: activity.clone() };
+            let service = Tracked { inner: TowerToHyperService::new(router), activity: activity.clone(), peer: PeerAddr(peer.ip()) };
             let connection = watcher.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned());
             let mut connection = std::pin::pin!(connection);
             let mut tick = tokio::time::interval((client_timeout / 4).max(Duration::from_millis(50)));
@@ -150,23 +150,30 @@ impl Activity {
     }
 }
 
-/// The connection's service, counting the requests in flight for its watchdog.
+/// The address a request came from (the TCP peer: behind a reverse proxy, the proxy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub std::net::IpAddr);
+
+/// The connection's service, counting the requests in flight for its watchdog and telling each
+/// request its peer address.
 #[derive(Clone)]
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    peer: PeerAddr,
 }
 
-impl<S, R> hyper::service::Service<R> for Tracked<S>
+impl<S, B> hyper::service::Service<hyper::Request<B>> for Tracked<S>
 where
-    S: hyper::service::Service<R>,
+    S: hyper::service::Service<hyper::Request<B>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
     type Future = std::pin::Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
 
-    fn call(&self, request: R) -> Self::Future {
+    fn call(&self, mut request: hyper::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.peer);
         let guard = InFlight::enter(self.activity.clone());
         let future = self.inner.call(request);
         Box::pin(async move {

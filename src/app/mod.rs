@@ -59,6 +59,8 @@ pub struct App {
     /// Whether a learner or OAuth client is still active (not revoked), each for
     /// `identity::Settings::bearer_cache_ttl`.
     pub(crate) standing: Bounded<String, (bool, std::time::Instant)>,
+    /// Client registrations per address in the current hour (`oauth_register_per_hour`).
+    pub(crate) registrations: Bounded<std::net::IpAddr, (u32, chrono::DateTime<chrono::Utc>)>,
 }
 
 impl App {
@@ -158,6 +160,7 @@ impl App {
             subjects: Bounded::new(settings_cache),
             principals,
             standing: Bounded::new(settings_cache),
+            registrations: Bounded::new(4096),
         });
         app.catch_up_views().await.context("cannot bring the views up to date")?;
         // Analytics are caught up by every read and by the server's background projector; a

@@ -45,11 +45,18 @@ impl OAuthError {
     pub fn status(&self) -> u16 {
         match self.code {
             "invalid_client" => 401,
+            "temporarily_unavailable" => 429,
             "server_error" => 500,
             _ => 400,
         }
     }
 }
+
+/// Redirect URIs one client may register, and how long each may be.
+const MAX_REDIRECT_URIS: usize = 5;
+const MAX_REDIRECT_URI_LEN: usize = 512;
+/// The largest client metadata document accepted by `/oauth/register`.
+pub const MAX_REGISTRATION_BYTES: usize = 8 * 1024;
 
 impl From<crate::store::StoreError> for OAuthError {
     fn from(e: crate::store::StoreError) -> Self {
@@ -271,11 +278,16 @@ impl App {
     }
 
     /// Dynamic client registration (RFC 7591).
-    pub async fn register_client(&self, request: RegistrationRequest) -> Result<Registration, OAuthError> {
-        if request.redirect_uris.is_empty() || request.redirect_uris.len() > 10 {
-            return Err(oauth_error("invalid_redirect_uri", "one to ten redirect_uris are required"));
+    /// Registers a client for `peer` (its address, for the per-address limit). Clients that never
+    /// completed an authorization within `Settings::oauth_unused_client_ttl` are deleted first.
+    pub async fn register_client(&self, request: RegistrationRequest, peer: Option<std::net::IpAddr>) -> Result<Registration, OAuthError> {
+        if let Some(peer) = peer {
+            self.count_registration(peer)?;
         }
-        if !request.redirect_uris.iter().all(|u| u.len() <= 2000 && acceptable_redirect(u)) {
+        if request.redirect_uris.is_empty() || request.redirect_uris.len() > MAX_REDIRECT_URIS {
+            return Err(oauth_error("invalid_redirect_uri", "one to five redirect_uris are required"));
+        }
+        if !request.redirect_uris.iter().all(|u| u.len() <= MAX_REDIRECT_URI_LEN && acceptable_redirect(u)) {
             return Err(oauth_error(
                 "invalid_redirect_uri",
                 "redirect URIs must be absolute https URIs (http only on loopback) without fragment",
@@ -294,6 +306,10 @@ impl App {
             redirect_uris: request.redirect_uris,
         };
         let now = self.clock.now();
+        let expired = self.store.delete_unused_oauth_clients((now - self.settings.oauth_unused_client_ttl).timestamp_millis()).await?;
+        if expired > 0 {
+            tracing::info!(expired, "unused OAuth client registrations deleted");
+        }
         self.store.insert_oauth_client(&client, now.timestamp_millis()).await?;
         Ok(Registration {
             client_id: client.client_id,
@@ -304,6 +320,27 @@ impl App {
             grant_types: ["authorization_code", "refresh_token"],
             response_types: ["code"],
         })
+    }
+
+    /// Counts a registration against its address's hourly allowance.
+    fn count_registration(&self, peer: std::net::IpAddr) -> Result<(), OAuthError> {
+        let limit = self.settings.oauth_register_per_hour;
+        if limit == 0 {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        let (count, since) = match self.registrations.get(&peer) {
+            Some((count, since)) if now - since < chrono::Duration::hours(1) => (count, since),
+            _ => (0, now),
+        };
+        if count >= limit {
+            return Err(oauth_error(
+                "temporarily_unavailable",
+                "too many client registrations from this address; try again within the hour",
+            ));
+        }
+        self.registrations.put(peer, (count + 1, since));
+        Ok(())
     }
 
     /// Validates an authorization request's parameters.

@@ -85,6 +85,13 @@ enum Command {
         /// The audience its tokens carry (default: this server's `<public-url>/mcp`).
         #[arg(long, env = "SKILLPILOT_OAUTH_AUDIENCE")]
         oauth_audience: Option<String>,
+        /// Dynamic client registrations one address may make per hour (0: no limit).
+        #[arg(long, env = "SKILLPILOT_OAUTH_REGISTER_PER_HOUR", default_value_t = 20)]
+        oauth_register_per_hour: u32,
+        /// Hours after which a registered OAuth client that never completed an authorization is
+        /// deleted.
+        #[arg(long, env = "SKILLPILOT_OAUTH_UNUSED_CLIENT_HOURS", default_value_t = 24)]
+        oauth_unused_client_hours: u32,
         /// Extra CA certificates (PEM) trusted for outbound HTTPS: a private identity provider's
         /// JWKS, client metadata documents.
         #[arg(long, env = "SKILLPILOT_OUTBOUND_CA_FILE")]
@@ -403,9 +410,13 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
             oauth_jwks,
             oauth_audience,
             outbound_ca_file,
+            oauth_register_per_hour,
+            oauth_unused_client_hours,
             metrics_token,
         } => {
             settings.outbound_ca_file = outbound_ca_file;
+            settings.oauth_register_per_hour = oauth_register_per_hour;
+            settings.oauth_unused_client_ttl = chrono::Duration::hours(i64::from(oauth_unused_client_hours.max(1)));
             if let (Some(issuer), Some(jwks)) = (oauth_issuer, oauth_jwks) {
                 settings.external_idp = Some(crate::app::external_idp::ExternalIdpSettings {
                     issuer,

@@ -60,9 +60,16 @@ pub async fn authorization_server(State(app): State<Arc<App>>) -> Response {
 }
 
 /// `POST /oauth/register` (RFC 7591).
-pub async fn register(State(app): State<Arc<App>>, body: axum::body::Bytes) -> Response {
+pub async fn register(
+    State(app): State<Arc<App>>,
+    peer: Option<axum::Extension<crate::startup::PeerAddr>>,
+    body: axum::body::Bytes,
+) -> Response {
     if !app.builtin_authorization_server() {
         return StatusCode::NOT_FOUND.into_response();
+    }
+    if body.len() > crate::app::oauth::MAX_REGISTRATION_BYTES {
+        return oauth_failure(&OAuthError { code: "invalid_client_metadata", description: "the client metadata is larger than 8 KiB" });
     }
     let request: RegistrationRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -70,7 +77,7 @@ pub async fn register(State(app): State<Arc<App>>, body: axum::body::Bytes) -> R
             return oauth_failure(&OAuthError { code: "invalid_client_metadata", description: "the body is not a client metadata object" })
         }
     };
-    match app.register_client(request).await {
+    match app.register_client(request, peer.map(|p| p.0 .0)).await {
         Ok(registration) => no_store(StatusCode::CREATED, serde_json::to_value(registration).unwrap_or_default()),
         Err(e) => oauth_failure(&e),
     }

@@ -214,6 +214,24 @@ impl Store {
         })
     }
 
+    /// Deletes registered clients created before `before_ms` that never completed an
+    /// authorization (no code, no refresh token was ever issued to them). Returns how many.
+    pub async fn delete_unused_oauth_clients(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let _turn = self.write_turn().await;
+        on_pool!(self, pool => {
+            let n = sqlx::query(
+                "DELETE FROM oauth_clients WHERE created_ms < $1 \
+                 AND NOT EXISTS (SELECT 1 FROM oauth_codes c WHERE c.client_id = oauth_clients.client_id) \
+                 AND NOT EXISTS (SELECT 1 FROM oauth_refresh_tokens r WHERE r.client_id = oauth_clients.client_id)",
+            )
+            .bind(before_ms)
+            .execute(pool)
+            .await?
+            .rows_affected();
+            Ok(n)
+        })
+    }
+
     /// Whether an OAuth client is registered and not revoked.
     pub async fn oauth_client_active(&self, client_id: &str) -> Result<bool, StoreError> {
         on_pool!(self, pool => {

@@ -56,17 +56,19 @@ pub(super) async fn authorize(State(web): State<Arc<Web>>, Query(query): Query<H
         Some(p) if p.role == Role::Learner => {
             let (csrf, set) = web.csrf(&headers);
             let sealed = web.app.keys.seal_authorization(&request);
-            let mut page = web.render(
+            // The self-chosen name proves nothing: the page also names where the learner will
+            // be sent, and warns when that is not an https site on the internet.
+            let (redirect_host, redirect_warning) = redirect_shown(&request.redirect_uri);
+            // (Framing is refused for every page by the security headers.)
+            web.render(
                 "authorize.html",
-                context! { lang, t, title => t.consent_title, csrf, request => sealed, client_name => request.client_name, signed_in => true },
+                context! {
+                    lang, t, title => t.consent_title, csrf, request => sealed, client_name => request.client_name,
+                    redirect_host, redirect_warning, signed_in => true
+                },
                 set,
                 StatusCode::OK,
-            );
-            // The consent page must never be framed (a framed "Allow" button is clickjacking).
-            let headers = page.headers_mut();
-            headers.insert(axum::http::header::X_FRAME_OPTIONS, axum::http::HeaderValue::from_static("DENY"));
-            headers.insert(axum::http::header::CONTENT_SECURITY_POLICY, axum::http::HeaderValue::from_static("frame-ancestors 'none'"));
-            page
+            )
         }
         // Not signed in (or as staff): sign in as a learner, then come back to this request.
         _ => {
@@ -104,4 +106,17 @@ pub(super) async fn decide(State(web): State<Arc<Web>>, headers: HeaderMap, Form
         Ok(code) => redirect_with(&request.redirect_uri, &[("code", &code)], request.state.as_deref()),
         Err(e) => error_redirect(&request.redirect_uri, &e, request.state.as_deref()),
     }
+}
+
+/// The host (with a non-default port) a redirect URI sends the browser to, and whether to warn:
+/// plain http, or a loopback host (a program on this very computer).
+fn redirect_shown(uri: &str) -> (String, bool) {
+    let Ok(url) = reqwest::Url::parse(uri) else { return (uri.to_owned(), true) };
+    let host = match (url.host_str(), url.port()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_owned(),
+        _ => uri.to_owned(),
+    };
+    let loopback = matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"));
+    (host, url.scheme() != "https" || loopback)
 }

@@ -413,7 +413,7 @@ async fn a_capability_sealed_with_the_old_key_verifies_until_the_old_key_is_remo
 }
 
 /// A browser session driven over plain HTTP: the CSRF cookie and field, the sign-in cookie.
-struct Browser {
+pub(crate) struct Browser {
     http: reqwest::Client,
     base: String,
     cookies: String,
@@ -430,7 +430,7 @@ fn set_cookies(r: &reqwest::Response) -> Vec<String> {
 }
 
 impl Browser {
-    async fn signed_in(t: &TestApp, token: &str) -> Self {
+    pub(crate) async fn signed_in(t: &TestApp, token: &str) -> Self {
         let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
         let page = http.get(format!("{}/operator?lang=en", t.base_url)).send().await.unwrap();
         let csrf_cookie = set_cookies(&page).into_iter().find(|c| c.starts_with("sp_csrf=")).unwrap();
@@ -447,12 +447,12 @@ impl Browser {
         let session = set_cookies(&r).into_iter().find(|c| c.starts_with("sp_web=")).unwrap();
         let mut browser = Self { http, base: t.base_url.clone(), cookies: format!("{csrf_cookie}; {session}"), csrf };
         // The form token is bound to the sign-in: read it again from a signed-in page.
-        let html = browser.get("/operator?lang=en").await;
+        let html = browser.get("/start?lang=en").await;
         browser.csrf = html.split("name=\"csrf\" value=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
         browser
     }
 
-    async fn get(&self, path: &str) -> String {
+    pub(crate) async fn get(&self, path: &str) -> String {
         self.http.get(format!("{}{path}", self.base)).header("cookie", &self.cookies).send().await.unwrap().text().await.unwrap()
     }
 

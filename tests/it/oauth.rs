@@ -638,3 +638,75 @@ async fn an_https_jwks_of_a_private_ca_is_fetched_when_the_ca_file_trusts_it() {
     server.wait().ok();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn three_registrations(settings: &mut skillpilot::config::Settings) {
+    settings.oauth_register_per_hour = 3;
+}
+
+async fn register_with(t: &TestApp, body: Value) -> (u16, Value) {
+    let r = t.http.post(format!("{}/oauth/register", t.base_url)).json(&body).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+/// Dynamic registration is bounded: per address and hour, in redirect URIs and size; clients
+/// that never completed an authorization expire; the consent page names the redirect host.
+async fn client_registration_is_bounded_and_unused_clients_expire(t: Arc<TestApp>) {
+    let client = |uris: Value| json!({"client_name": "Coach", "redirect_uris": uris, "token_endpoint_auth_method": "none"});
+    // Limits of one registration.
+    let six: Vec<String> = (0..6).map(|i| format!("https://app.example/cb{i}")).collect();
+    assert_eq!(register_with(&t, client(json!(six))).await.0, 400);
+    assert_eq!(register_with(&t, client(json!([format!("https://app.example/{}", "x".repeat(600))]))).await.0, 400);
+    let big = json!({"client_name": "x".repeat(9000), "redirect_uris": [REDIRECT]});
+    let (status, body) = register_with(&t, big).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_client_metadata")), "{body}");
+
+    // Three per hour from this address (the refused ones above were counted too: fresh hour).
+    t.clock.advance(chrono::Duration::minutes(61));
+    let unused = register_with(&t, client(json!(["https://app.example/cb"]))).await.1["client_id"].as_str().unwrap().to_owned();
+    let used = register(&t).await;
+    register(&t).await;
+    let (status, body) = register_with(&t, client(json!([REDIRECT]))).await;
+    assert_eq!((status, body["error"].as_str()), (429, Some("temporarily_unavailable")), "{body}");
+    // The one that is used completes an authorization.
+    let (verifier, challenge) = pkce();
+    let (code, _) = consented_code(&t, &used, &challenge).await;
+    assert_eq!(exchange(&t, &used, &code, &verifier).await.0, 200);
+
+    // A day later the unused registration is gone at the next registration; the used one stays.
+    t.clock.advance(chrono::Duration::hours(25));
+    register(&t).await;
+    assert!(t.app.store.oauth_client(&unused).await.unwrap().is_none(), "an unused client outlived its expiry");
+    assert!(t.app.store.oauth_client(&used).await.unwrap().is_some());
+
+    // The consent page names where the learner goes next, and warns for a loopback redirect.
+    let learner = t.learner("Cleo").await;
+    let browser = crate::field::Browser::signed_in(&t, &learner).await;
+    let (_, challenge) = pkce();
+    let page = |client_id: String, redirect: &'static str| {
+        let query = [
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", redirect),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("state", "s"),
+        ];
+        format!("/oauth/authorize?{}&lang=en", serde_urlencoded_pairs(&query))
+    };
+    let loopback = browser.get(&page(used.clone(), REDIRECT)).await;
+    let host = REDIRECT.split('/').nth(2).unwrap();
+    assert!(loopback.contains("consent-redirect") && loopback.contains(host), "{loopback}");
+    assert!(loopback.contains("consent-warning"), "no warning for a loopback redirect");
+    let https_client = register_with(&t, client(json!(["https://app.example/cb"]))).await.1["client_id"].as_str().unwrap().to_owned();
+    let https = browser.get(&page(https_client, "https://app.example/cb")).await;
+    assert!(https.contains("<strong>app.example</strong>") && !https.contains("consent-warning"), "{https}");
+}
+
+fn serde_urlencoded_pairs(pairs: &[(&str, &str)]) -> String {
+    reqwest::Url::parse_with_params("http://x/", pairs).unwrap().query().unwrap_or_default().to_owned()
+}
+
+mod bounded_registration {
+    use super::*;
+    both_stores!(settings = three_registrations; client_registration_is_bounded_and_unused_clients_expire);
+}
