@@ -668,6 +668,9 @@ fn write_result(app: &App, session: &ActiveSession, executed: &Executed, kind: W
                 NextStep::Teach => ("teachActiveGoal", false, true),
                 NextStep::ChooseGoal { .. } | NextStep::ChooseMode => ("chooseOption", false, true),
                 NextStep::AwaitContinuation => ("awaitLearnerContinuation", false, false),
+                // Contract: at the end, the exam still open is the one continuation; completion
+                // is confirmed only when nothing is left.
+                NextStep::OfferExam => ("offerExam", true, false),
                 _ => ("confirmCompletion", false, false),
             };
             Ok(output(

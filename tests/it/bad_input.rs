@@ -64,6 +64,17 @@ fn arbitrary_json(session_id: String) -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(|i| json!(i)),
         (0i64..40).prop_map(|i| json!(i)),
         "[ -~]{0,40}".prop_map(Value::String),
+        // The attack run's inputs: NUL and other control bytes, bidi overrides, SQL and path
+        // fragments, an IPv4-mapped loopback URL.
+        "[\\x00-\\x1f]{1,8}".prop_map(Value::String),
+        prop_oneof![
+            Just("a\u{0}b"),
+            Just("\u{202e}gnp.exe"),
+            Just("'; DROP TABLE events; --"),
+            Just("../../etc/passwd"),
+            Just("https://[::ffff:127.0.0.1]/c.json")
+        ]
+        .prop_map(|s| Value::String(s.to_owned())),
         // Token-shaped strings reach the capability and option decoders.
         "v4\\.local\\.[A-Za-z0-9_-]{0,120}".prop_map(Value::String),
         prop_oneof![Just("independent"), Just("guided"), Just("closeOnly"), Just("closeAndContinue"), Just("goal"), Just("mode")]

@@ -227,10 +227,15 @@ async def journey_d(coach):
             await coach.call("get_skillpilot_verified_recall_answers", {"batchCapability": ctx["openWorkflow"]["batchCapability"]})
         elif action == "recordVerifiedRecall":
             n = len(ctx["openWorkflow"]["questions"])
-            await coach.follow(await coach.call(
+            recorded = await coach.follow(await coach.call(
                 "record_skillpilot_verified_recall_results",
                 {"gradingCapability": ctx["openWorkflow"]["gradingCapability"], "assessments": [{"passed": True}] * n},
             ))
+            # Contract: one authoritative continuation; never confirm completion while the
+            # exam is released and not taken.
+            cont = recorded.get("continuation") or {}
+            check(not (cont.get("action") == "confirmCompletion" and recorded["context"]["exam"]["released"]),
+                  f"confirmCompletion while the exam is available: {json.dumps(cont)}")
         elif action == "chooseOption":
             await coach.follow(await coach.call("choose_skillpilot_option", {"option": ctx["options"][0]["payload"]}))
         else:
