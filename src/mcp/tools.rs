@@ -797,6 +797,18 @@ pub fn recovery(app: &App, err: &AppError, locale: &str, start_url: &str) -> Opt
         | AppError::OptionInvalid
         | AppError::CapabilityUsed
         | AppError::NotAllowed => Some(reload()),
+        // A write may have been stored before the store or the handler failed: the coach must
+        // neither claim it was saved nor promise a later save, only retry exactly (the retry
+        // identity returns the stored result instead of storing twice).
+        AppError::StoreUnavailable | AppError::Internal => Some(json!({
+            "outcome": "unknown",
+            "retry": "exact",
+            "instruction": summary(
+                locale,
+                "Ob der Aufruf gespeichert wurde, ist unbekannt. Wiederhole ihn genau einmal mit denselben Argumenten (dieselbe clientRequestId bzw. dasselbe Options-Payload): Wurde der erste Versuch gespeichert, kommt sein ursprüngliches Ergebnis zurück, nichts wird doppelt gespeichert.",
+                "Whether the call was stored is unknown. Retry it exactly once with the same arguments (the same clientRequestId or option payload): if the first attempt was stored, its original result comes back and nothing is stored twice."
+            ),
+        })),
         AppError::NotEligible { .. } => Some(json!({
             "instruction": summary(locale, "Die Prüfung wird freigegeben, sobald alle Ziele gemeistert sind; lerne zuerst die offenen Ziele.", "The exam is released once every goal is mastered; learn the open goals first."),
         })),

@@ -236,6 +236,9 @@ async fn a_store_outage_gives_store_unavailable_and_the_server_recovers_without_
         body["error"]["code"].as_str().or(body["result"]["structuredContent"]["error"]["code"].as_str()).unwrap_or_default().to_owned();
     assert_eq!(code, "STORE_UNAVAILABLE", "{status} {body}");
     assert_ne!(body["result"]["isError"], false);
+    // As a tool result it carries the unknown-outcome recovery: retry exactly.
+    let recovery = &body["result"]["structuredContent"]["error"]["recovery"];
+    assert!(body["result"].is_null() || recovery["retry"] == "exact", "{body}");
     assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 503);
 
     let start = cluster.pg_ctl("start");

@@ -572,7 +572,14 @@ async fn a_timed_out_handler_gets_one_dispatcher_exit_and_no_second_one() {
     sqlx::query("LOCK TABLE events IN ACCESS EXCLUSIVE MODE").execute(&mut *tx).await.unwrap();
     let r = c.call(&t, "start_skillpilot_verified_recall", json!({})).await;
     assert_code(&r, "INTERNAL");
-    assert!(r.1["error"]["recovery"].is_null(), "no claim, no workaround: {}", r.1);
+    // Contract: a timeout proves neither storage nor non-storage; an unambiguous technical
+    // recovery says so (outcome unknown, retry exactly) — no claim, no promised later save.
+    let recovery = &r.1["error"]["recovery"];
+    assert_eq!((recovery["outcome"].as_str(), recovery["retry"].as_str()), (Some("unknown"), Some("exact")), "{}", r.1);
+    assert!(
+        recovery["instruction"].as_str().unwrap().contains("Retry it exactly once")
+            || recovery["instruction"].as_str().unwrap().contains("genau einmal")
+    );
     tx.rollback().await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let rows = t.app.store.tool_calls().await.unwrap();
