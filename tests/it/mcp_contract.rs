@@ -539,7 +539,84 @@ async fn every_tool_writes_its_own_started_and_one_exit(t: Arc<TestApp>) {
     assert!(rows.iter().any(|r| r.1 == "error" && r.2 == "dispatcher"));
 }
 
+/// The payload of the first published option of `kind` whose `key` is `value`.
+fn published(ctx: &Value, kind: &str, key: &str, value: &str) -> Value {
+    let all = ctx["options"].as_array().into_iter().flatten().chain(ctx["settings"]["options"].as_array().into_iter().flatten());
+    all.filter(|o| o["kind"] == kind && (key.is_empty() || o[key] == value))
+        .map(|o| o["payload"].clone())
+        .next()
+        .unwrap_or_else(|| panic!("no {kind} option with {key}={value} in {ctx}"))
+}
+
+async fn complete_now(t: &TestApp, c: &Coach, version: &Value) -> Value {
+    let args = json!({
+        "expectedStateVersion": version,
+        "clientRequestId": uuid::Uuid::new_v4().to_string(),
+        "decision": {"evidence": "independent", "consent": "closeAndContinue"}
+    });
+    let (err, done) = c.call(t, "complete_skillpilot_goal", args).await;
+    assert!(!err, "{done}");
+    done
+}
+
+/// Contract: the result of a write is the fresh state; a second mutation in the same turn uses
+/// its values (version, options) without reloading the context.
+async fn a_second_mutation_in_the_same_turn_uses_the_successor_state_without_a_reload(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let ctx = c.ctx(&t).await;
+    let done = complete_now(&t, &c, &ctx["stateVersion"]).await;
+    assert_eq!(done["requiredAction"], "chooseOption", "{done}");
+    let reloads = |calls: Vec<(String, String, String, Option<String>)>| {
+        calls.into_iter().filter(|r| r.0 == "get_skillpilot_learning_context" && r.1 == "started").count()
+    };
+    let before = reloads(t.app.store.tool_calls().await.unwrap());
+    let (err, chosen) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&done, "mode", "mode", "learn")})).await;
+    assert!(!err, "the successor state's option works without a reload: {chosen}");
+    let version = chosen["stateVersion"].as_u64().or(chosen["context"]["stateVersion"].as_u64()).unwrap();
+    assert!(version > done["stateVersion"].as_u64().unwrap(), "{chosen}");
+    assert_eq!(reloads(t.app.store.tool_calls().await.unwrap()), before, "no context call in between");
+}
+
+/// Contract: a follow-up recall batch is the one continuation — no successor content competes
+/// with it (no render call, no teaching, no goal choice).
+async fn a_follow_up_recall_batch_carries_no_competing_successor(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    // Two goals completed without recall in between: more due cards than one batch holds.
+    let ctx = c.ctx(&t).await;
+    let done = complete_now(&t, &c, &ctx["stateVersion"]).await;
+    c.call(&t, "choose_skillpilot_option", json!({"option": published(&done, "mode", "mode", "learn")})).await;
+    let mut next = c.ctx(&t).await;
+    if next["requiredAction"] == "chooseOption" {
+        c.call(&t, "choose_skillpilot_option", json!({"option": published(&next, "goal", "", "")})).await;
+        next = c.ctx(&t).await;
+    }
+    assert_eq!(next["requiredAction"], "teachActiveGoal", "{next}");
+    let done = complete_now(&t, &c, &next["stateVersion"]).await;
+    let (err, started) =
+        c.call(&t, "choose_skillpilot_option", json!({"option": published(&done, "mode", "mode", "verifiedRecall")})).await;
+    assert!(!err, "{started}");
+    let ctx = c.ctx(&t).await;
+    let questions = ctx["openWorkflow"]["questions"].as_array().map(Vec::len).unwrap_or(0);
+    assert_eq!(questions, 5, "a full batch: {ctx}");
+    let (_, _answers) =
+        c.call(&t, "get_skillpilot_verified_recall_answers", json!({"batchCapability": ctx["openWorkflow"]["batchCapability"]})).await;
+    let ctx = c.ctx(&t).await;
+    let (err, stored) = c
+        .call(
+            &t,
+            "record_skillpilot_verified_recall_results",
+            json!({"gradingCapability": ctx["openWorkflow"]["gradingCapability"], "assessments": vec![json!({"passed": true}); questions]}),
+        )
+        .await;
+    assert!(!err, "{stored}");
+    assert_eq!(stored["continuation"], json!({"action": "offerNextRecallBatch", "consentRequired": true}), "{stored}");
+    let context = &stored["context"];
+    assert!(context.get("activeGoal").is_none() && context.get("options").is_none(), "competing successor content: {stored}");
+}
+
 both_stores!(
+    a_second_mutation_in_the_same_turn_uses_the_successor_state_without_a_reload,
+    a_follow_up_recall_batch_carries_no_competing_successor,
     the_mcp_endpoint_refuses_callers_without_a_learner_bearer,
     initialize_negotiates_and_carries_skill_md_as_instructions,
     published_schemas_are_closed_and_free_of_free_text_fields,
