@@ -7,8 +7,7 @@ use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 
 /// How log lines are written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     /// `2026-12-03T08:35:09Z  INFO tool_call{tool=…}: message key=value`.
     #[default]

@@ -211,8 +211,10 @@ fn acceptable_redirect(uri: &str) -> bool {
 fn metadata_url_allowed(url: &reqwest::Url, development: bool) -> bool {
     let private_host = match url.host() {
         Some(url::Host::Domain(d)) => d == "localhost" || d.ends_with(".localhost") || d.ends_with(".internal"),
-        Some(url::Host::Ipv4(ip)) => ip.is_private() || ip.is_loopback() || ip.is_link_local() || ip.is_unspecified(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback() || ip.is_unspecified() || (ip.segments()[0] & 0xfe00) == 0xfc00,
+        // One classification of addresses for every outbound fetch (the fetch checks what a
+        // name resolves to as well).
+        Some(url::Host::Ipv4(ip)) => !super::outbound::is_global(ip.into()),
+        Some(url::Host::Ipv6(ip)) => !super::outbound::is_global(ip.into()),
         None => true,
     };
     let shaped = url.path() != "/" && url.fragment().is_none() && matches!(url.scheme(), "https" | "http");

@@ -81,27 +81,24 @@ fn occurred_at(e: &StoredEvent) -> Option<DateTime<Utc>> {
     e.metadata.get("occurredAt").and_then(Value::as_str).and_then(|s| DateTime::parse_from_rfc3339(s).ok()).map(|t| t.with_timezone(&Utc))
 }
 
-/// The first checkpoint whose stored hash or link to its predecessor does not verify.
-fn broken_checkpoint_chain(checkpoints: &[Checkpoint]) -> Option<BrokenLink> {
-    let mut prev = GENESIS.to_owned();
-    for c in checkpoints {
-        let problem = if c.prev_hash != prev {
-            Some("its prevHash is not the previous checkpoint's hash (a checkpoint was removed)")
-        } else if checkpoint_hash(&c.prev_hash, c.at_ms, &c.heads) != c.hash {
-            Some("its content no longer matches its hash")
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            return Some(BrokenLink {
-                journey_id: "(chain checkpoints)".into(),
-                sequence: u64::try_from(c.seq).unwrap_or(0),
-                problem: format!("checkpoint {}: {problem}", c.seq),
-            });
+/// The first checkpoint whose link to its predecessor does not verify, or the newest one when
+/// its content no longer matches its hash (only the newest one's content is ever compared).
+fn broken_checkpoint_chain(links: &[(i64, String, String)], latest: Option<&Checkpoint>) -> Option<BrokenLink> {
+    let broken = |seq: i64, problem: &str| BrokenLink {
+        journey_id: "(chain checkpoints)".into(),
+        sequence: u64::try_from(seq).unwrap_or(0),
+        problem: format!("checkpoint {seq}: {problem}"),
+    };
+    let mut prev = GENESIS;
+    for (seq, prev_hash, hash) in links {
+        if prev_hash != prev {
+            return Some(broken(*seq, "its prevHash is not the previous checkpoint's hash (a checkpoint was removed)"));
         }
-        prev = c.hash.clone();
+        prev = hash;
     }
-    None
+    latest
+        .filter(|c| checkpoint_hash(&c.prev_hash, c.at_ms, &c.heads) != c.hash)
+        .map(|c| broken(c.seq, "its content no longer matches its hash"))
 }
 
 /// A journey whose log ends before the version its view row reflects or the newest checkpoint
@@ -203,11 +200,12 @@ impl App {
         // Read before the log: views and checkpoints only ever lag it, so a write racing this
         // scan can never look like a deletion.
         let views = self.store.view_versions(ViewTable::Context).await?;
-        let checkpoints = self.store.checkpoints().await?;
-        if let Some(broken) = broken_checkpoint_chain(&checkpoints) {
+        let links = self.store.checkpoint_links().await?;
+        let latest = self.store.latest_checkpoint().await?;
+        if let Some(broken) = broken_checkpoint_chain(&links, latest.as_ref()) {
             return Ok((AuditReport { broken: Some(broken), ..report }, Heads::new()));
         }
-        let checkpoint = checkpoints.last();
+        let checkpoint = latest.as_ref();
         let mut heads = Heads::new();
         let mut current: Option<(String, u64, String)> = None;
         self.each_event(None, |e| {

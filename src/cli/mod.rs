@@ -305,8 +305,15 @@ enum AuditCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let db = DbUrl::parse(&cli.db);
     match run_command(cli).await {
-        Err(e) if format!("{e:#}").contains("INTERNAL") || format!("{e:#}").contains("STORE_UNAVAILABLE") => Err(diagnose(&db, e).await),
-        other => other,
+        Err(e) => {
+            let text = format!("{e:#}");
+            if text.contains("INTERNAL") || text.contains("STORE_UNAVAILABLE") {
+                Err(diagnose(&db, e).await)
+            } else {
+                Err(e)
+            }
+        }
+        ok => ok,
     }
 }
 

@@ -54,16 +54,27 @@ impl Store {
         })
     }
 
-    /// Every checkpoint, oldest first.
-    pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, StoreError> {
+    /// The links of every checkpoint, oldest first: `(seq, prev_hash, hash)` — without their
+    /// heads, which grow with the journeys; only the newest checkpoint's heads are ever compared.
+    pub async fn checkpoint_links(&self) -> Result<Vec<(i64, String, String)>, StoreError> {
         on_pool!(self, pool => {
-            let rows = sqlx::query("SELECT seq, at_ms, heads, prev_hash, hash FROM chain_checkpoints ORDER BY seq").fetch_all(pool).await?;
+            let rows = sqlx::query("SELECT seq, prev_hash, hash FROM chain_checkpoints ORDER BY seq").fetch_all(pool).await?;
             rows.iter()
-                .map(|r| {
-                    let heads: String = r.try_get("heads")?;
-                    checkpoint_of(r.try_get("seq")?, r.try_get("at_ms")?, &heads, r.try_get("prev_hash")?, r.try_get("hash")?)
-                })
-                .collect()
+                .map(|r| Ok((r.try_get("seq")?, r.try_get("prev_hash")?, r.try_get("hash")?)))
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(StoreError::from)
+        })
+    }
+
+    /// The newest checkpoint, heads included.
+    pub async fn latest_checkpoint(&self) -> Result<Option<Checkpoint>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query("SELECT seq, at_ms, heads, prev_hash, hash FROM chain_checkpoints ORDER BY seq DESC LIMIT 1")
+                .fetch_optional(pool)
+                .await?;
+            let Some(r) = row else { return Ok(None) };
+            let heads: String = r.try_get("heads")?;
+            checkpoint_of(r.try_get("seq")?, r.try_get("at_ms")?, &heads, r.try_get("prev_hash")?, r.try_get("hash")?).map(Some)
         })
     }
 
