@@ -8,6 +8,7 @@ mod concurrency;
 mod conformance;
 mod faults;
 mod field;
+mod golden;
 mod helpers;
 mod http;
 mod interop;
