@@ -32,7 +32,8 @@ fn assert_golden(name: &str, actual: &Value) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e} (record it with SKILLPILOT_BLESS=1)", path.display()));
     if expected != text {
-        let first = expected.lines().zip(text.lines()).position(|(a, b)| a != b).unwrap_or(expected.lines().count().min(text.lines().count()));
+        let first =
+            expected.lines().zip(text.lines()).position(|(a, b)| a != b).unwrap_or(expected.lines().count().min(text.lines().count()));
         let show = |s: &str| s.lines().skip(first.saturating_sub(3)).take(8).collect::<Vec<_>>().join("\n");
         panic!(
             "{} differs from the golden file at line {}:\n--- golden\n{}\n--- actual\n{}\n(re-record deliberate changes with SKILLPILOT_BLESS=1)",
@@ -125,13 +126,19 @@ async fn every_tools_result_matches_its_golden_file(t: Arc<TestApp>) {
             "recordVerifiedRecall" => {
                 let n = workflow["questions"].as_array().map_or(0, Vec::len);
                 let assessments: Vec<Value> = (0..n).map(|i| json!({"passed": i % 4 != 3})).collect();
-                ("record_skillpilot_verified_recall_results", json!({"gradingCapability": workflow["gradingCapability"], "assessments": assessments}))
+                (
+                    "record_skillpilot_verified_recall_results",
+                    json!({"gradingCapability": workflow["gradingCapability"], "assessments": assessments}),
+                )
             }
             "offerExam" => ("start_skillpilot_exam", json!({})),
             "answerExam" => ("get_skillpilot_exam_solutions", json!({"examCapability": workflow["examCapability"]})),
             "recordExam" => {
                 let n = workflow["tasks"].as_array().map_or(0, Vec::len);
-                ("record_skillpilot_exam_scores", json!({"scoringCapability": workflow["scoringCapability"], "scores": vec![json!({"points": 4}); n]}))
+                (
+                    "record_skillpilot_exam_scores",
+                    json!({"scoringCapability": workflow["scoringCapability"], "scores": vec![json!({"points": 4}); n]}),
+                )
             }
             _ => {
                 finished = true;
@@ -145,7 +152,13 @@ async fn every_tools_result_matches_its_golden_file(t: Arc<TestApp>) {
             let name = call["name"].as_str().unwrap().to_owned();
             let rendered = raw_call(&t, &c, &name, call["arguments"].clone()).await;
             seen.keep(&name, &rendered);
-            let again = raw_call(&t, &c, &name, json!({"goalId": "no-such-goal", "expectedStateVersion": call["arguments"]["expectedStateVersion"]})).await;
+            let again = raw_call(
+                &t,
+                &c,
+                &name,
+                json!({"goalId": "no-such-goal", "expectedStateVersion": call["arguments"]["expectedStateVersion"]}),
+            )
+            .await;
             seen.keep(&format!("{name} NOT_ALLOWED"), &again);
         }
     }
