@@ -402,7 +402,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     let mut settings = Settings::for_db(DbUrl::parse(db));
     settings.content_dir = options.content.clone();
     settings.capability_keys = Some(keys.to_owned());
-    let app = App::build(settings, Arc::new(SystemClock)).await?;
+    let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
     let server = spawn_server(db, keys, options.content.as_ref()).await?;
     let duration = Duration::from_secs(options.duration);
     let store = app.store.kind();

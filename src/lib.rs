@@ -4,6 +4,7 @@
 
 pub mod app;
 pub mod bench;
+pub mod canonical;
 pub mod catalog;
 pub mod cli;
 pub mod clock;

@@ -11,8 +11,9 @@ use projections::full_context::{ContextKey, CONTEXT_KEYS};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::mcp::tools::{definitions, Exit, Kind, ToolDef};
-use crate::store::chain::canonical;
+use aggregates::learning_journey::Features;
+
+use crate::canonical::canonical;
 
 /// The lock file as committed (compiled in; `--seams-lock` reads another one).
 pub const COMMITTED_LOCK: &str = include_str!("../tool-seams.lock");
@@ -34,6 +35,108 @@ const INTERNAL_TERMS: &[&str] = &[
     "stateversion",
     "uuid",
 ];
+
+/// Whether a tool reads or writes, for annotations and the restricted grade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Reads only.
+    Read,
+    /// Changes the journey.
+    Write,
+}
+
+/// The exits a tool serves (SPEC §8.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Exit {
+    /// Done.
+    Completed,
+    /// A learner decision is needed first.
+    Clarification,
+    /// Judged wrong for the state, with a finding.
+    Rejected,
+    /// Could not run.
+    Error,
+}
+
+/// The part a tool plays for the service around it: the context loader makes the service
+/// ready; a workflow is offered only while every tool of its steps is bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Loads the learner's full context (readiness, reload accounting).
+    Context,
+    /// One step of the verified-recall workflow.
+    Recall,
+    /// One step of the exam workflow.
+    Exam,
+    /// Anything else.
+    Other,
+}
+
+/// A context key a tool reads, with the meaning the tool relies on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Need {
+    /// The key's name as the context publishes it.
+    pub key: &'static str,
+    /// What the tool takes it to mean (compared across tools by the whole-picture report).
+    pub assumes: &'static str,
+}
+
+/// A tool's registration (SPEC §8.1), declared next to its code.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// The description in the learner's language of intent (model-visible).
+    pub intent: &'static str,
+    /// Situations in which the tool must not be called (model-visible).
+    pub negative_cases: &'static [&'static str],
+    /// What the tool explicitly does not do.
+    pub boundary: &'static str,
+    /// Cost class.
+    pub cost: &'static str,
+    /// Whether it runs without a learner turn.
+    pub cadence: &'static str,
+    /// Where it may run.
+    pub scope: &'static str,
+    /// Whose data it touches.
+    pub data_ownership: &'static str,
+    /// Context keys it reads.
+    pub needs: &'static [Need],
+    /// Declared share of learner turns in percent (0, 25, 50, 75, 100); `None` if undeclared.
+    pub quota: Option<u8>,
+    /// What a second identical call does.
+    pub retry: &'static str,
+    /// Exits it serves.
+    pub exits: &'static [Exit],
+    /// Bumped whenever the tool accepts a changed seam (then `skillpilot registry lock`).
+    pub registration_version: u32,
+}
+
+impl Manifest {
+    /// The model-visible description: the intent, then the negative cases.
+    pub fn description(&self) -> String {
+        let mut d = self.intent.to_owned();
+        for case in self.negative_cases {
+            d.push(' ');
+            d.push_str(case);
+        }
+        d
+    }
+}
+
+/// What the registry knows of a tool: the transport that ships the tool hands these over at
+/// start-up, so the registry never depends on it.
+#[derive(Clone, Debug)]
+pub struct ToolMeta {
+    /// The fixed name.
+    pub name: &'static str,
+    /// Read or write.
+    pub kind: Kind,
+    /// The part it plays.
+    pub role: Role,
+    /// The registration.
+    pub manifest: Manifest,
+}
 
 /// One tool's entry in the lock file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,11 +223,17 @@ pub struct Registry {
     pub tools: Vec<ToolState>,
     /// The whole-picture report.
     pub report: WholePicture,
+    /// The workflows whose every step is bound, computed once at the handshake.
+    #[serde(skip)]
+    pub features: Features,
+    /// The context loader's name, if one is registered.
+    #[serde(skip)]
+    pub context_tool: Option<&'static str>,
 }
 
 /// The seam signature of a tool: blake3 over the four parts of all its met needs, or the
 /// names of the needs no key provides.
-pub fn seam_signature(def: &ToolDef, keys: &[ContextKey]) -> Result<String, Vec<&'static str>> {
+pub fn seam_signature(def: &ToolMeta, keys: &[ContextKey]) -> Result<String, Vec<&'static str>> {
     let mut parts = Vec::new();
     let mut missing = Vec::new();
     let mut needs: Vec<_> = def.manifest.needs.iter().map(|n| n.key).collect();
@@ -152,7 +261,7 @@ fn content_words(text: &str) -> BTreeSet<String> {
 }
 
 /// Runs the handshake of `defs` against `keys` and `lock`.
-pub fn handshake(defs: &[ToolDef], keys: &[ContextKey], lock: &Lock) -> Registry {
+pub fn handshake(defs: &[ToolMeta], keys: &[ContextKey], lock: &Lock) -> Registry {
     let mut tools = Vec::with_capacity(defs.len());
     for def in defs {
         let m = &def.manifest;
@@ -190,7 +299,7 @@ pub fn handshake(defs: &[ToolDef], keys: &[ContextKey], lock: &Lock) -> Registry
             grade = grade.min(Grade::Restricted);
             reasons.push("a write tool without a `rejected` exit: never used as a proposal".to_owned());
         }
-        let visible = def.description().to_lowercase();
+        let visible = m.description().to_lowercase();
         let terms: Vec<&str> = INTERNAL_TERMS.iter().copied().filter(|t| visible.contains(t)).collect();
         if !terms.is_empty() {
             grade = grade.min(Grade::Reported);
@@ -202,10 +311,16 @@ pub fn handshake(defs: &[ToolDef], keys: &[ContextKey], lock: &Lock) -> Registry
         }
         tools.push(ToolState { name: def.name, grade, reasons, signature, registration_version: m.registration_version, quota: m.quota });
     }
-    Registry { tools, report: whole_picture(defs, keys) }
+    let workflow = |role: Role| {
+        let mut steps = defs.iter().filter(|d| d.role == role).peekable();
+        steps.peek().is_some() && steps.all(|d| tools.iter().any(|t| t.name == d.name && t.grade != Grade::Refused))
+    };
+    let features = Features { recall: workflow(Role::Recall), exam: workflow(Role::Exam) };
+    let context_tool = defs.iter().find(|d| d.role == Role::Context).map(|d| d.name);
+    Registry { report: whole_picture(defs, keys), tools, features, context_tool }
 }
 
-fn whole_picture(defs: &[ToolDef], keys: &[ContextKey]) -> WholePicture {
+fn whole_picture(defs: &[ToolMeta], keys: &[ContextKey]) -> WholePicture {
     let quota_sum: u32 = defs.iter().filter_map(|d| d.manifest.quota).map(u32::from).sum();
     let quota_sum_finding = if quota_sum < 75 {
         Some(format!("the declared quotas add up to {quota_sum} %: many turns would reach no tool"))
@@ -241,8 +356,8 @@ fn whole_picture(defs: &[ToolDef], keys: &[ContextKey]) -> WholePicture {
 
 impl Registry {
     /// The registry of the shipped tools against the shipped keys and a lock.
-    pub fn start(lock: &Lock) -> Self {
-        let registry = handshake(&definitions(), CONTEXT_KEYS, lock);
+    pub fn start(tools: &[ToolMeta], lock: &Lock) -> Self {
+        let registry = handshake(tools, CONTEXT_KEYS, lock);
         for t in &registry.tools {
             match t.grade {
                 Grade::Refused => {
@@ -268,6 +383,11 @@ impl Registry {
         self.tools.iter().any(|t| t.name == name && t.grade > Grade::Restricted)
     }
 
+    /// Whether the context loader is bound (without it no coach can work: the service is not ready).
+    pub fn context_bound(&self) -> bool {
+        self.context_tool.is_some_and(|name| self.is_bound(name))
+    }
+
     /// How many tools are bound.
     pub fn bound_count(&self) -> usize {
         self.tools.iter().filter(|t| t.grade != Grade::Refused).count()
@@ -281,11 +401,11 @@ impl Registry {
 
 /// Builds the lock for the shipped tools, refusing to record a changed signature of a tool
 /// whose registration version was not bumped. Returns the new lock or the offending tools.
-pub fn relock(previous: &Lock) -> Result<Lock, Vec<String>> {
+pub fn relock(tools: &[ToolMeta], previous: &Lock) -> Result<Lock, Vec<String>> {
     let mut lock = Lock::default();
     let mut refused = Vec::new();
-    for def in definitions() {
-        let Ok(sig) = seam_signature(&def, CONTEXT_KEYS) else {
+    for def in tools {
+        let Ok(sig) = seam_signature(def, CONTEXT_KEYS) else {
             refused.push(format!("{}: a need has no provider", def.name));
             continue;
         };
@@ -301,84 +421,5 @@ pub fn relock(previous: &Lock) -> Result<Lock, Vec<String>> {
         Ok(lock)
     } else {
         Err(refused)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn lock_now() -> Lock {
-        relock(&Lock::default()).unwrap()
-    }
-
-    #[test]
-    fn the_committed_lock_binds_every_shipped_tool() {
-        let registry = handshake(&definitions(), CONTEXT_KEYS, &Lock::parse(COMMITTED_LOCK).unwrap());
-        assert!(registry.refused().is_empty(), "{:?}", registry.tools);
-        assert!(registry.tools.iter().all(|t| t.grade == Grade::Bound), "{:?}", registry.tools);
-    }
-
-    #[test]
-    fn a_changed_meaning_refuses_exactly_the_tools_that_need_the_key() {
-        let mut keys = CONTEXT_KEYS.to_vec();
-        let k = keys.iter_mut().find(|k| k.name == "openWorkflow.batchCapability").unwrap();
-        k.meaning = "capability to release the answers AND record the results";
-        let registry = handshake(&definitions(), &keys, &lock_now());
-        assert_eq!(registry.refused(), vec!["get_skillpilot_verified_recall_answers"]);
-    }
-
-    #[test]
-    fn re_registration_binds_again_and_the_lock_refuses_an_unbumped_change() {
-        let mut keys = CONTEXT_KEYS.to_vec();
-        keys.iter_mut().find(|k| k.name == "stateVersion").unwrap().lifetime = "forever";
-        let old = lock_now();
-        // The tool that needs the key, re-registered with a bumped version and a new lock entry.
-        let defs = definitions();
-        let def = defs.iter().find(|d| d.name == "complete_skillpilot_goal").unwrap();
-        let mut lock = old.clone();
-        lock.tools.insert(def.name.to_owned(), LockEntry { registration_version: 2, signature: seam_signature(def, &keys).unwrap() });
-        assert!(handshake(&defs, &keys, &lock).refused().is_empty());
-        // Without re-registration the new signature is refused.
-        assert_eq!(handshake(&defs, &keys, &old).refused(), vec!["complete_skillpilot_goal"]);
-        // And `registry lock` will not record a changed signature under the old version.
-        let mut stale = old.clone();
-        stale.tools.get_mut("complete_skillpilot_goal").unwrap().signature = "0".repeat(64);
-        assert!(relock(&stale).is_err());
-    }
-
-    #[test]
-    fn a_need_without_a_provider_is_refused() {
-        let keys: Vec<ContextKey> = CONTEXT_KEYS.iter().copied().filter(|k| k.name != "continuation.toolCall").collect();
-        let registry = handshake(&definitions(), &keys, &lock_now());
-        assert_eq!(registry.refused(), vec!["render_skillpilot_goal_visualization"]);
-        let render = registry.tools.iter().find(|t| t.name == "render_skillpilot_goal_visualization").unwrap();
-        assert!(render.reasons[0].contains("continuation.toolCall"));
-    }
-
-    #[test]
-    fn a_write_tool_without_a_rejected_exit_is_restricted_and_internal_terms_or_no_quota_are_reported() {
-        let mut defs = definitions();
-        let lock = lock_now();
-        defs[2].manifest.exits = &[Exit::Completed, Exit::Error];
-        defs[3].manifest.intent = "Start the recall capability of the aggregate.";
-        defs[4].manifest.quota = None;
-        let registry = handshake(&defs, CONTEXT_KEYS, &lock);
-        let grade = |i: usize| registry.tools[i].grade;
-        assert_eq!(grade(2), Grade::Restricted);
-        assert!(!registry.may_propose(defs[2].name) && registry.is_bound(defs[2].name));
-        assert_eq!(grade(3), Grade::Reported);
-        assert!(registry.tools[3].reasons[0].contains("capability") && registry.tools[3].reasons[0].contains("aggregate"));
-        assert_eq!(grade(4), Grade::Reported);
-        assert_eq!(registry.tools[4].reasons, vec!["no declared quota".to_owned()]);
-        assert!(registry.refused().is_empty());
-    }
-
-    #[test]
-    fn the_whole_picture_reports_unneeded_keys_and_the_quota_sum() {
-        let registry = handshake(&definitions(), CONTEXT_KEYS, &lock_now());
-        assert!(registry.report.unneeded_keys.contains(&"communicationLocale".to_owned()));
-        assert_eq!(registry.report.quota_sum, definitions().iter().filter_map(|d| d.manifest.quota).map(u32::from).sum::<u32>());
-        assert!(registry.report.keys_with_different_meanings.is_empty(), "{:?}", registry.report);
     }
 }

@@ -1,5 +1,6 @@
-//! Building and running the HTTP service: bind first (so tests can use port 0 and read the
-//! port), serve until a shutdown signal, then close the store.
+//! The composition root: building the application with the tools the MCP layer ships, and
+//! running the HTTP service — bind first (so tests can use port 0 and read the port), serve
+//! until a shutdown signal, then close the store.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,6 +18,12 @@ use tokio::net::TcpListener;
 use crate::app::App;
 use crate::config::HttpSettings;
 use crate::http;
+
+/// The application with every shipped tool registered: the one way the binary, the CLI and
+/// the tests build it (the application layer itself knows no transport).
+pub async fn build_app(settings: crate::config::Settings, clock: Arc<dyn crate::clock::Clock>) -> anyhow::Result<Arc<App>> {
+    App::build(settings, clock, &crate::mcp::tools::registrations()).await
+}
 
 /// A bound, ready-to-run service.
 pub struct Application {

@@ -11,6 +11,7 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::receipt::Receipt;
 use crate::text::{self, Lang};
 
 /// The step of an open workflow a capability is bound to.
@@ -252,7 +253,60 @@ pub struct FullContext {
     pub instruction: String,
     /// Proof of what a mutation stored (filled by the caller).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub receipt: Option<Value>,
+    pub receipt: Option<Receipt>,
+}
+
+/// The factual part of a full context, as a workflow step result carries it: everything but
+/// the imperative fields (`outcome`, `requiredAction`, `instruction`, `receipt`), which the
+/// step result's own continuation replaces.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Facts {
+    /// As in the full context.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learning_session_id: Option<String>,
+    /// The interaction language.
+    pub communication_locale: String,
+    /// The aggregate's sequence number.
+    pub state_version: u64,
+    /// The goal being taught (left out where the learner must first consent to go on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_goal: Option<ActiveGoal>,
+    /// Mastered out of all.
+    pub progress: Progress,
+    /// Due cards.
+    pub recall: RecallFacts,
+    /// Exam release.
+    pub exam: ExamFacts,
+    /// Plan status.
+    pub plan_status: PlanStatus,
+    /// The open workflow (left out where the step result hands its items over itself).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_workflow: Option<OpenWorkflow>,
+    /// Decision-point options (left out where the learner must first consent to go on).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<OptionView>,
+    /// Standing preferences.
+    pub settings: Settings,
+}
+
+impl FullContext {
+    /// The facts without the imperatives.
+    pub fn into_facts(self) -> Facts {
+        Facts {
+            learning_session_id: self.learning_session_id,
+            communication_locale: self.communication_locale,
+            state_version: self.state_version,
+            active_goal: self.active_goal,
+            progress: self.progress,
+            recall: self.recall,
+            exam: self.exam,
+            plan_status: self.plan_status,
+            open_workflow: self.open_workflow,
+            options: self.options,
+            settings: self.settings,
+        }
+    }
 }
 
 /// What the full context is folded from.

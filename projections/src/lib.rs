@@ -5,6 +5,7 @@
 
 pub mod analytics;
 pub mod full_context;
+pub mod receipt;
 pub mod text;
 
 #[cfg(test)]

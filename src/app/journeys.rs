@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use aggregates::curriculum::Pack;
-use aggregates::learning_journey::{Features, JourneyCommand, JourneyEvent, JourneyServices, LearningJourney, EVENT_VERSION};
+use aggregates::learning_journey::{JourneyCommand, JourneyEvent, JourneyServices, LearningJourney, EVENT_VERSION};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use cqrs_es::persist::SerializedEvent;
@@ -231,18 +231,7 @@ impl App {
             (JourneyCommand::StartJourney { .. }, Some(pack)) => pack,
             _ => self.pack_of(&loaded.state)?,
         };
-        let features = Features {
-            recall: [
-                "start_skillpilot_verified_recall",
-                "get_skillpilot_verified_recall_answers",
-                "record_skillpilot_verified_recall_results",
-            ]
-            .iter()
-            .all(|t| self.registry.is_bound(t)),
-            exam: ["start_skillpilot_exam", "get_skillpilot_exam_solutions", "record_skillpilot_exam_scores"]
-                .iter()
-                .all(|t| self.registry.is_bound(t)),
-        };
+        let features = self.registry.features;
         let events = loaded.state.decide(request.command.clone(), &JourneyServices { pack: pack.clone(), now, features })?;
         if events.is_empty() {
             return Ok(Executed { state: loaded.state, committed: Vec::new(), replayed: false, pack });
@@ -397,36 +386,4 @@ impl App {
 pub fn view_of(state: &LearningJourney, pack: &Pack) -> Value {
     // Time and zone do not reach the persisted part; any fixed values do.
     persisted_view(&full_context(&ContextInput { state, pack, now: DateTime::<Utc>::UNIX_EPOCH, tz: chrono_tz::UTC }, &NoTokens))
-}
-
-/// The receipt of a commit (SPEC §5.2a): what was stored, counted from the events.
-pub fn receipt(executed: &Executed) -> Option<Value> {
-    let pack = &executed.pack;
-    let state = &executed.state;
-    let loc = state.locale.as_str();
-    let version = state.version;
-    let first = &executed.committed.first()?.1;
-    let title = |goal: &str| pack.goal(goal).map(|g| pack.text(&g.title, loc).to_owned()).unwrap_or_default();
-    Some(match first {
-        JourneyEvent::GoalCompleted { goal_id, mastery, .. } => {
-            json!({"stored": "goalCompleted", "goal": title(goal_id), "mastery": mastery, "stateVersion": version})
-        }
-        JourneyEvent::RecallBatchStarted { cards, .. } => {
-            json!({"stored": "recallStarted", "questions": cards.len(), "stateVersion": version})
-        }
-        JourneyEvent::RecallAnswersReleased { .. } => json!({"stored": "recallAnswersReleased", "stateVersion": version}),
-        JourneyEvent::RecallResultsRecorded { results, .. } => {
-            json!({"stored": "recallResults", "recorded": results.len(), "passed": results.iter().filter(|r| r.passed).count(), "stateVersion": version})
-        }
-        JourneyEvent::ExamStarted { .. } => json!({"stored": "examStarted", "stateVersion": version}),
-        JourneyEvent::ExamSolutionsReleased { .. } => json!({"stored": "examSolutionsReleased", "stateVersion": version}),
-        JourneyEvent::ExamScored { total_points, max_points, passed, .. } => {
-            json!({"stored": "examScores", "totalPoints": total_points, "maxPoints": max_points, "passed": passed, "stateVersion": version})
-        }
-        JourneyEvent::JourneyStarted { .. } => json!({"stored": "journeyStarted", "stateVersion": version}),
-        JourneyEvent::GoalActivated { goal_id, .. } => json!({"stored": "optionChosen", "label": title(goal_id), "stateVersion": version}),
-        JourneyEvent::LocaleChanged { .. } | JourneyEvent::AutopilotChanged { .. } | JourneyEvent::NextStepDecided { .. } => {
-            json!({"stored": "optionChosen", "stateVersion": version})
-        }
-    })
 }

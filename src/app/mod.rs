@@ -20,7 +20,7 @@ use anyhow::Context;
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::config::Settings;
-use crate::registry::{Lock, Registry, COMMITTED_LOCK};
+use crate::registry::{Lock, Registry, ToolMeta, COMMITTED_LOCK};
 use crate::store::{DbUrl, Store};
 use tokens::Keys;
 
@@ -117,8 +117,9 @@ impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
 }
 
 impl App {
-    /// Connects, migrates and loads the content. Errors name what failed.
-    pub async fn build(settings: Settings, clock: Arc<dyn Clock>) -> anyhow::Result<Arc<Self>> {
+    /// Connects, migrates and loads the content, and registers `tools` (handed over by the
+    /// composition root, [`crate::startup::build_app`]). Errors name what failed.
+    pub async fn build(settings: Settings, clock: Arc<dyn Clock>, tools: &[ToolMeta]) -> anyhow::Result<Arc<Self>> {
         // Everything that can be checked without touching the disk is checked first, so a
         // mistyped option never leaves a database or a key file behind.
         let catalog = Catalog::load(settings.content_dir.as_deref())?;
@@ -137,7 +138,7 @@ impl App {
         store.migrate().await.context("cannot apply the migrations")?;
         let store = Arc::new(store);
         let side = side_writer::SideWriter::start(store.clone());
-        let registry = Registry::start(&lock);
+        let registry = Registry::start(tools, &lock);
         let settings_cache = settings.journey_cache;
         let (journeys, principals) = (Bounded::new(settings_cache), Bounded::new(settings_cache));
         let idp = match &settings.external_idp {

@@ -12,9 +12,6 @@ use crate::error::AppError;
 use crate::registry::Registry;
 use crate::store::AuditRow;
 
-/// The context tool, whose first read after the previous turn's last call starts a turn.
-pub const CONTEXT_TOOL: &str = "get_skillpilot_learning_context";
-
 /// Fewer turns than this: no error verdict yet.
 pub const MIN_TURNS_ERROR: usize = 30;
 /// Fewer turns than this: no warning verdict yet.
@@ -135,8 +132,9 @@ struct Call {
 /// context read after the previous turn's last call, so a context read that follows any other
 /// call starts a new turn and consecutive context reads (polling) stay in one. A context read
 /// within `gap_ms` after a successful write is also counted as a suspected redundant reload.
+/// The context tool's first read after the previous turn's last call starts a turn.
 /// Returns per call its turn number and the suspicions.
-fn turns(calls: &[&Call], gap_ms: i64) -> (Vec<usize>, usize, usize) {
+fn turns(calls: &[&Call], context_tool: &str, gap_ms: i64) -> (Vec<usize>, usize, usize) {
     let mut turn_of = Vec::with_capacity(calls.len());
     let mut turn = 0usize;
     let mut started_any = false;
@@ -147,12 +145,12 @@ fn turns(calls: &[&Call], gap_ms: i64) -> (Vec<usize>, usize, usize) {
     let mut second_conflicts = 0;
     for call in calls {
         let at = call.started.unwrap_or(0);
-        if call.tool == CONTEXT_TOOL {
+        if call.tool == context_tool {
             // Suspected, never fact: a reload right after a successful write.
-            if last_write_success_at.is_some_and(|t| at - t <= gap_ms) && last_tool != Some(CONTEXT_TOOL) {
+            if last_write_success_at.is_some_and(|t| at - t <= gap_ms) && last_tool != Some(context_tool) {
                 reload_after_write += 1;
             }
-            if !started_any || last_tool != Some(CONTEXT_TOOL) {
+            if !started_any || last_tool != Some(context_tool) {
                 turn += 1;
                 started_any = true;
                 conflicts_in_turn = 0;
@@ -160,7 +158,7 @@ fn turns(calls: &[&Call], gap_ms: i64) -> (Vec<usize>, usize, usize) {
         }
         turn_of.push(turn.max(1));
         if let Some((phase, code, exit_at)) = &call.exit {
-            if call.tool != CONTEXT_TOOL && phase == "completed" {
+            if call.tool != context_tool && phase == "completed" {
                 last_write_success_at = Some(*exit_at);
             }
             if code.as_deref() == Some("STATE_CONFLICT") {
@@ -204,7 +202,7 @@ pub fn reconcile(rows: &[AuditRow], registry: &Registry, window: usize, gap_ms: 
     let (mut reloads, mut conflicts) = (0, 0);
     for (journey, list) in by_journey.iter_mut() {
         list.sort_by_key(|c| c.started);
-        let (turn_of, r, c) = turns(list, gap_ms);
+        let (turn_of, r, c) = turns(list, registry.context_tool.unwrap_or_default(), gap_ms);
         reloads += r;
         conflicts += c;
         let mut seen = 0;
@@ -351,7 +349,9 @@ mod tests {
 
     #[test]
     fn turns_are_counted_from_the_trace_and_suspicions_reported() {
-        let registry = crate::registry::Registry::start(&crate::registry::Lock::parse(crate::registry::COMMITTED_LOCK).unwrap());
+        let lock = crate::registry::Lock::parse(crate::registry::COMMITTED_LOCK).unwrap();
+        let registry = crate::registry::Registry::start(&crate::mcp::tools::registrations(), &lock);
+        let context_tool = registry.context_tool.unwrap();
         let mut rows = Vec::new();
         let mut t = 0;
         let mut call = |tool: &str, phase_exit: &str, code: Option<&str>, rows: &mut Vec<AuditRow>| {
@@ -361,13 +361,13 @@ mod tests {
             rows.push(row(&id, phase_exit, tool, code, t + 5));
         };
         // Turn 1: context + complete; then an immediate reload (suspected).
-        call(CONTEXT_TOOL, "completed", None, &mut rows);
+        call(context_tool, "completed", None, &mut rows);
         call("complete_skillpilot_goal", "completed", None, &mut rows);
         let last = rows.last().unwrap().at_ms;
-        rows.push(row("reload", "started", CONTEXT_TOOL, None, last + 100));
-        rows.push(row("reload", "completed", CONTEXT_TOOL, None, last + 105));
+        rows.push(row("reload", "started", context_tool, None, last + 100));
+        rows.push(row("reload", "completed", context_tool, None, last + 105));
         // Turn 2: context, two conflicts.
-        call(CONTEXT_TOOL, "completed", None, &mut rows);
+        call(context_tool, "completed", None, &mut rows);
         call("complete_skillpilot_goal", "rejected", Some("STATE_CONFLICT"), &mut rows);
         call("complete_skillpilot_goal", "rejected", Some("STATE_CONFLICT"), &mut rows);
         // A call that never reached an exit.

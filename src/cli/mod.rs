@@ -17,7 +17,6 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::app::operator::EventFilter;
 use crate::app::tokens::Keys;
-use crate::app::App;
 use crate::clock::SystemClock;
 use crate::config::Settings;
 use crate::registry::{relock, Lock};
@@ -334,7 +333,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Registry { command: RegistryCommand::Lock { path } } => registry_lock(&path),
         Command::Registry { command: RegistryCommand::Report { seams_lock } } => {
             settings.seams_lock = seams_lock;
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             let report = app.registry_report().await.map_err(|e| anyhow::anyhow!("cannot read the tool-call audit: {}", e.code()))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(0)
@@ -364,7 +363,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
             Ok(if check && missed > 0 { 4 } else { 0 })
         }
         Command::Analytics { name, format } => {
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             let fail = |e: crate::error::AppError| anyhow::anyhow!("analytics: {}", e.code());
             match name {
                 None => println!("{}", serde_json::to_string_pretty(&app.analytics_status().await.map_err(fail)?)?),
@@ -400,7 +399,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Backup { to } => ops::backup(&settings, &to).await,
         Command::Restore { from } => ops::restore(&settings, &from).await,
         Command::Migrate => {
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             println!("migrations applied ({})", app.store.kind());
             Ok(0)
         }
@@ -442,7 +441,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
             settings.addr = addr;
             settings.default_locale = default_locale;
             settings.metrics_token = metrics_token.filter(|t| !t.trim().is_empty());
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             let service = Application::build(app.clone()).await?;
             let registry = &app.registry;
             tracing::info!(bound = registry.bound_count(), refused = %registry.refused().join(","), "tool registry");
@@ -462,19 +461,19 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Learner { command } => {
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             identity::learner(&app, command).await
         }
         Command::Token { command } => {
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             identity::token(&app, command).await
         }
         Command::Oauth { command: OauthCommand::Clients { command } } => {
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             identity::clients(&app, command).await
         }
         Command::Events { journey, event_type, since, until } => {
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             let filter = EventFilter { journey_id: journey.clone(), event_type, since, until };
             let stdout = std::io::stdout();
             let mut lock = stdout.lock();
@@ -493,11 +492,11 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
             Ok(i32::from(failed))
         }
         Command::Audit { command: AuditCommand::Verify } => {
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             report::audit_verify(&app).await
         }
         Command::Replay { swap } => {
-            let app = App::build(settings, Arc::new(SystemClock)).await?;
+            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
             report::replay(&app, swap).await
         }
     }
@@ -505,7 +504,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
 
 fn registry_lock(path: &std::path::Path) -> anyhow::Result<i32> {
     let previous = if path.exists() { Lock::read(path)? } else { Lock::default() };
-    match relock(&previous) {
+    match relock(&crate::mcp::tools::registrations(), &previous) {
         Ok(lock) => {
             let text = serde_json::to_string_pretty(&lock)? + "\n";
             std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;

@@ -141,7 +141,7 @@ async fn healthz() -> &'static str {
 /// (a refused tool other than the context tool does not make the service unready).
 async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
     let store_ok = app.store.ping().await.is_ok();
-    let context_bound = app.registry.is_bound(crate::app::quota::CONTEXT_TOOL);
+    let context_bound = app.registry.context_bound();
     let status = if store_ok && context_bound { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = serde_json::json!({
         "status": if status == StatusCode::OK { "ready" } else { "unavailable" },

@@ -31,7 +31,7 @@ use crate::app::identity::{Principal, Role};
 use crate::app::App;
 use crate::error::AppError;
 use crate::store::ToolCallRow;
-use tools::{Kind, ToolOutput, WIDGET_URI};
+use tools::{Tool, ToolOutput, WIDGET_URI};
 
 /// The coach behaviour, the single source of `initialize` `instructions`.
 pub const SKILL_MD: &str = include_str!("../../docs/SKILL.md");
@@ -67,34 +67,12 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError
 
 /// The tool definitions as `tools/list` shows them (refused tools are absent).
 pub fn tool_list_of(registry: &crate::registry::Registry) -> Vec<Value> {
-    tool_list().into_iter().filter(|t| t["name"].as_str().is_some_and(|n| registry.is_bound(n))).collect()
+    Tool::ALL.iter().zip(tools::listed()).filter(|(t, _)| registry.is_bound(t.name())).map(|(_, listed)| listed.clone()).collect()
 }
 
 /// Every shipped tool definition as `tools/list` would show it when bound.
 pub fn tool_list() -> Vec<Value> {
-    tools::definitions()
-        .iter()
-        .map(|d| {
-            let mut tool = json!({
-                "name": d.name,
-                "title": d.title,
-                "description": d.description(),
-                "inputSchema": tools::input_schema(d),
-                "outputSchema": tools::output_schema(d),
-                "annotations": {
-                    "title": d.title,
-                    "readOnlyHint": d.kind == Kind::Read,
-                    "destructiveHint": false,
-                    "idempotentHint": d.idempotent,
-                    "openWorldHint": false
-                }
-            });
-            if d.name == "render_skillpilot_goal_visualization" {
-                tool["_meta"] = json!({"ui": {"resourceUri": WIDGET_URI}, "openai/outputTemplate": WIDGET_URI});
-            }
-            tool
-        })
-        .collect()
+    tools::listed().to_vec()
 }
 
 fn error_result(app: &App, err: &AppError, locale: &str) -> Value {
@@ -105,7 +83,7 @@ fn error_result(app: &App, err: &AppError, locale: &str) -> Value {
     body
 }
 
-fn call_result(structured: Value, summary: String, is_error: bool, meta: Option<Value>) -> Result<CallToolResult, McpError> {
+fn call_result(structured: Value, summary: &str, is_error: bool, meta: Option<Value>) -> Result<CallToolResult, McpError> {
     let mut result = json!({
         "content": [{"type": "text", "text": summary}],
         "structuredContent": structured,
@@ -147,25 +125,27 @@ impl CoachServer {
     async fn handle(self, principal: Principal, call_id: String, name: String, args: Value) -> Option<Result<CallToolResult, McpError>> {
         let started = Instant::now();
         // A refused tool is no tool for the coach: the dispatcher answers as for an unknown name.
-        let tools::ToolDef { name: tool_name, .. } =
-            tools::definitions().into_iter().find(|d| d.name == name && self.app.registry.is_bound(d.name))?;
+        let tool = Tool::named(&name).filter(|t| self.app.registry.is_bound(t.name()))?;
+        let tool_name = tool.name();
         self.audit(self.row(&call_id, "started", "handler", tool_name)).await;
-        let outcome = tools::dispatch(&self.app, &principal, tool_name, args).await?;
+        let outcome = tools::dispatch(&self.app, &principal, tool, args).await;
         let mut exit = self.row(&call_id, "completed", "handler", tool_name);
         exit.duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
         let result = match outcome {
             Ok(ToolOutput { structured, summary, meta, events_appended, journey_id }) => {
-                exit.phase = if structured["outcome"] == "clarification" { "clarification" } else { "completed" };
+                exit.phase = if structured.is_clarification() { "clarification" } else { "completed" };
                 exit.events_appended = i64::try_from(events_appended).unwrap_or(0);
                 exit.journey_id = journey_id;
-                call_result(structured, summary, false, meta)
+                serde_json::to_value(&structured)
+                    .map_err(|e| McpError::internal_error(format!("result shape: {e}"), None))
+                    .and_then(|structured| call_result(structured, summary, false, meta))
             }
-            Err((err, locale, journey_id)) => {
-                exit.phase = if err.outcome() == "rejected" { "rejected" } else { "error" };
-                exit.code = Some(err.code());
+            Err(tools::Failure { error, locale, journey_id }) => {
+                exit.phase = if error.outcome() == "rejected" { "rejected" } else { "error" };
+                exit.code = Some(error.code());
                 exit.journey_id = journey_id;
-                let finding = err.finding(&locale);
-                call_result(error_result(&self.app, &err, &locale), finding, true, None)
+                let finding = error.finding(&locale);
+                call_result(error_result(&self.app, &error, &locale), &finding, true, None)
             }
         };
         self.app.metrics.tool(tool_name, exit.phase, started.elapsed().as_secs_f64());
@@ -244,7 +224,7 @@ impl ServerHandler for CoachServer {
                 tracing::error!("tool handler panicked or timed out");
                 self.audit(dispatcher_error(&name, "INTERNAL")).await;
                 let err = AppError::Internal;
-                call_result(error_result(&self.app, &err, &locale), err.finding(&locale), true, None).map(CallToolResponse::from)
+                call_result(error_result(&self.app, &err, &locale), &err.finding(&locale), true, None).map(CallToolResponse::from)
             }
         }
     }

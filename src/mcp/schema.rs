@@ -252,60 +252,11 @@ mod tests {
 
 #[cfg(test)]
 mod fuzz {
-    //! Arbitrary JSON against every tool's validator: no panic, and every refusal one of the
-    //! stable input codes.
+    //! Arbitrary tokens never open.
     use proptest::prelude::*;
-    use serde_json::Value;
-
-    use super::validate;
-    use crate::error::AppError;
-    use crate::mcp::tools::definitions;
-
-    fn arbitrary_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| serde_json::json!(f)),
-            any::<i64>().prop_map(|i| serde_json::json!(i)),
-            "[ -~]{0,40}".prop_map(Value::String),
-        ];
-        leaf.prop_recursive(4, 64, 8, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-                proptest::collection::btree_map(
-                    prop_oneof![
-                        Just("learningSessionId".to_owned()),
-                        Just("decision".to_owned()),
-                        Just("evidence".to_owned()),
-                        Just("assessments".to_owned()),
-                        Just("passed".to_owned()),
-                        Just("scores".to_owned()),
-                        Just("points".to_owned()),
-                        Just("option".to_owned()),
-                        Just("optionToken".to_owned()),
-                        "[a-zA-Z_-]{1,16}",
-                    ],
-                    inner,
-                    0..6
-                )
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
-        #[test]
-        fn arbitrary_arguments_never_panic_and_get_a_stable_code(args in arbitrary_json()) {
-            for def in definitions() {
-                match validate(&args, &def.input) {
-                    Ok(()) => {}
-                    Err(AppError::ForbiddenField | AppError::UnknownField { .. } | AppError::ValidationFailed { .. }) => {}
-                    Err(other) => prop_assert!(false, "unexpected code {}", other.code()),
-                }
-            }
-        }
-
         #[test]
         fn arbitrary_tokens_never_open(token in "[ -~]{0,300}") {
             let keys = crate::app::tokens::Keys::parse(&crate::app::tokens::Keys::generate_spec().unwrap()).unwrap();

@@ -1,51 +1,14 @@
-//! The tamper-evident hash chain (R-6a) and the canonical JSON it hashes. Each event's
+//! The tamper-evident hash chain (R-6a). Each event's
 //! `chainHash` is blake3 over the previous event's hash and the canonical form of the event
-//! (type, id, sequence, event type and version, payload, metadata without `chainHash`).
+//! (type, id, sequence, event type and version, payload, metadata without `chainHash`), in
+//! the canonical JSON of [`crate::canonical`].
 
 use serde_json::Value;
 
+use crate::canonical::canonical;
+
 /// The `prevHash` of a stream's first event.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-/// JSON with object keys sorted at every level and no insignificant whitespace, so the same
-/// value hashes the same whatever the database did to its text.
-pub fn canonical(value: &Value) -> String {
-    let mut out = String::new();
-    write(value, &mut out);
-    out
-}
-
-fn write(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                if let Some(v) = map.get(k) {
-                    write(v, out);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write(v, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
 
 /// The fields of one stored event that the chain covers.
 pub struct Link<'a> {
@@ -81,11 +44,6 @@ pub fn chain_hash(link: &Link<'_>) -> String {
         "metadata": metadata,
     });
     blake3::hash(canonical(&body).as_bytes()).to_hex().to_string()
-}
-
-/// A blake3 replay hash of a validated, canonicalised command input.
-pub fn replay_hash(input: &Value) -> String {
-    blake3::hash(canonical(input).as_bytes()).to_hex().to_string()
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use sqlx::Row;
 
 use super::{on_pool, Store, StoreError, ViewTable};
-use crate::store::chain::{canonical, GENESIS};
+use crate::canonical::canonical;
+use crate::store::chain::GENESIS;
 
 /// Every journey's head: version and `chainHash` of its newest event.
 pub type Heads = BTreeMap<String, (u64, String)>;

@@ -11,7 +11,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Value};
 use skillpilot::error::AppError;
-use skillpilot::mcp::tools::{definitions, dispatch, input_schema};
+use skillpilot::mcp::tool_list;
+use skillpilot::mcp::tools::{dispatch, Failure, Tool};
 
 use crate::both_stores;
 use crate::helpers::TestApp;
@@ -121,9 +122,11 @@ fn tool_call(tools: Vec<(&'static str, Vec<String>)>, session_id: String) -> imp
 async fn arbitrary_tool_arguments_get_a_stable_code_and_change_nothing(t: Arc<TestApp>) {
     let c = coach(&t).await;
     let principal = t.principal(&c.token).await;
-    let tools: Vec<(&'static str, Vec<String>)> = definitions()
+    let listed = tool_list();
+    let tools: Vec<(&'static str, Vec<String>)> = Tool::ALL
         .iter()
-        .map(|d| (d.name, input_schema(d)["properties"].as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default()))
+        .zip(&listed)
+        .map(|(t, d)| (t.name(), d["inputSchema"]["properties"].as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default()))
         .collect();
     let cases: u32 = std::env::var("SKILLPILOT_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
     let deadline = std::env::var("SKILLPILOT_FUZZ_SECS").ok().and_then(|v| v.parse().ok()).map(|s| Instant::now() + Duration::from_secs(s));
@@ -141,11 +144,11 @@ async fn arbitrary_tool_arguments_get_a_stable_code_and_change_nothing(t: Arc<Te
             total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             handle.block_on(async {
                 let before = app.store.stream_heads().await.map_err(|e| TestCaseError::fail(format!("{e}")))?;
-                let outcome = dispatch(&app, &principal, tool, args.clone()).await.expect("a listed tool");
+                let outcome = dispatch(&app, &principal, Tool::named(tool).expect("a listed tool"), args.clone()).await;
                 let after = app.store.stream_heads().await.map_err(|e| TestCaseError::fail(format!("{e}")))?;
                 match outcome {
-                    Err((err, _, _)) => {
-                        let code = AppError::code(&err);
+                    Err(Failure { error, .. }) => {
+                        let code = AppError::code(&error);
                         *codes.lock().unwrap().entry(code).or_default() += 1;
                         prop_assert!(INPUT_CODES.contains(&code), "{tool} answered {code} to {args}");
                         prop_assert_eq!(&before, &after, "{} was refused ({}) yet the log changed", tool, code);

@@ -408,7 +408,7 @@ async fn a_capability_sealed_with_the_old_key_verifies_until_the_old_key_is_remo
     // A key id given twice is a start-up error naming it.
     let mut settings = t.app.settings.clone();
     settings.capability_keys = Some(format!("{new_key},{new_key}"));
-    let err = skillpilot::app::App::build(settings, t.clock.clone()).await.err().expect("duplicate key ids refused");
+    let err = skillpilot::startup::build_app(settings, t.clock.clone()).await.err().expect("duplicate key ids refused");
     assert!(format!("{err:#}").contains("`rotated` is given twice"), "{err:#}");
 }
 

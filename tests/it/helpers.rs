@@ -100,7 +100,7 @@ pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) ->
     settings.content_dir = Some(content_dir());
     settings.capability_keys = Some(keys_spec.clone());
     adjust(&mut settings);
-    let app = App::build(settings, clock.clone()).await.unwrap();
+    let app = skillpilot::startup::build_app(settings, clock.clone()).await.unwrap();
     let service = Application::on(listener, app.clone());
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(service.run_until(async move {
@@ -157,7 +157,7 @@ impl TestApp {
     pub async fn another_process_with(&self, adjust: impl FnOnce(&mut Settings)) -> Arc<App> {
         let mut settings = self.app.settings.clone();
         adjust(&mut settings);
-        App::build(settings, self.clock.clone()).await.unwrap()
+        skillpilot::startup::build_app(settings, self.clock.clone()).await.unwrap()
     }
 
     /// Runs raw SQL against the test database (tampering and crash simulations only).

@@ -113,7 +113,7 @@ async fn the_service_refuses_to_start_on_postgres_without_capability_keys() {
     let mut settings = skillpilot::config::Settings::for_db(skillpilot::store::DbUrl::parse(&url));
     settings.content_dir = Some(crate::helpers::content_dir());
     let clock = std::sync::Arc::new(skillpilot::clock::ManualClock::at(crate::helpers::t0()));
-    let err = skillpilot::app::App::build(settings, clock).await.err().expect("refused");
+    let err = skillpilot::startup::build_app(settings, clock).await.err().expect("refused");
     assert!(format!("{err:#}").contains("SKILLPILOT_CAPABILITY_KEYS"), "{err:#}");
 }
 
