@@ -1,4 +1,4 @@
-//! The injected clock (SPEC §3.5): the domain never reads the wall clock; the application
+//! The injected clock (docs/domain.md): the domain never reads the wall clock; the application
 //! asks this, and tests drive a manual one.
 
 use std::sync::Mutex;

@@ -1,5 +1,5 @@
-//! `AppError`: every domain and infrastructure failure mapped once to a stable code (SPEC
-//! §5.3), an outcome (`error` or `rejected`), an HTTP status and a localized finding. HTTP and
+//! `AppError`: every domain and infrastructure failure mapped once to a stable code
+//! (docs/tool-contract.md, errors), an outcome (`error` or `rejected`), an HTTP status and a localized finding. HTTP and
 //! MCP both render from here; internal details are logged once and never shown.
 
 use aggregates::learning_journey::JourneyError;
@@ -198,7 +198,7 @@ impl AppError {
         }
     }
 
-    /// The `structuredContent` of an error or rejection (SPEC §5.2a), without recovery.
+    /// The `structuredContent` of an error or rejection (docs/tool-contract.md, wire shapes), without recovery.
     pub fn body(&self, locale: &str) -> Value {
         let mut error = json!({ "code": self.code(), "finding": self.finding(locale) });
         if let Some(e) = self.evidence() {

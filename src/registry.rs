@@ -1,4 +1,4 @@
-//! The tool registry (SPEC §8): the start-up handshake of every tool's needs against the
+//! The tool registry (docs/registry.md): the start-up handshake of every tool's needs against the
 //! context keys the full context publishes, the seam signatures kept in `tool-seams.lock`, the
 //! three grades (refused / restricted / reported) and the whole-picture report for the author.
 //! The report never becomes a routing rule; the running service never writes the lock file.
@@ -45,7 +45,7 @@ pub enum Kind {
     Write,
 }
 
-/// The exits a tool serves (SPEC §8.3).
+/// The exits a tool serves (docs/registry.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Exit {
@@ -82,7 +82,7 @@ pub struct Need {
     pub assumes: &'static str,
 }
 
-/// A tool's registration (SPEC §8.1), declared next to its code.
+/// A tool's registration (docs/registry.md), declared next to its code.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Manifest {

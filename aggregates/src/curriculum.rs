@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 /// A text in every supported locale, keyed by locale tag (`de`, `en`).
 pub type Localized = BTreeMap<String, String>;
 
-/// Numbers of the domain rules (SPEC §3.3); a pack may override any of them.
+/// Numbers of the domain rules (docs/domain.md); a pack may override any of them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct Rules {

@@ -1,4 +1,4 @@
-//! The full context (R-7a, SPEC §5.2a): the read model a coach receives, folded from the
+//! The full context (R-7a, docs/tool-contract.md, wire shapes): the read model a coach receives, folded from the
 //! aggregate state, the journey's pack, the locale, the time and the learner's time zone.
 //! Field names are normative. Opaque tokens (option payloads, workflow capabilities) come from
 //! a [`Sealer`] the caller injects, so this fold stays free of keys and randomness.
@@ -215,7 +215,7 @@ pub struct Settings {
     pub options: Vec<OptionView>,
 }
 
-/// The full context of SPEC §5.2a.
+/// The full context of docs/tool-contract.md, wire shapes.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FullContext {
@@ -523,7 +523,7 @@ fn strip_payloads(options: Option<&mut Value>) {
     }
 }
 
-/// One published context key with its four parts (SPEC §8.2): what a tool may rely on.
+/// One published context key with its four parts (docs/registry.md): what a tool may rely on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ContextKey {
     /// Path in the result, e.g. `openWorkflow.batchCapability`.

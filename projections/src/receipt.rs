@@ -1,4 +1,4 @@
-//! The receipt of a mutation (SPEC §5.2a): proof of what was stored, counted from the events
+//! The receipt of a mutation (docs/tool-contract.md, wire shapes): proof of what was stored, counted from the events
 //! of the commit or — for the steps of a workflow — read off the step the workflow stands at.
 //! The one mapping from events to what a coach may confirm to the learner.
 

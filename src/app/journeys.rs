@@ -1,4 +1,4 @@
-//! The command service (SPEC §5.3, §5.7): load the journey (snapshot + tail), look up the
+//! The command service (docs/tool-contract.md, errors, §5.7): load the journey (snapshot + tail), look up the
 //! idempotency record, check `expectedStateVersion`, let the aggregate decide, append the
 //! events with their metadata and chain hashes in one transaction, then update the view and the
 //! snapshot. See `docs/adr/0001-idempotency-and-chain-in-event-metadata.md` for why the

@@ -1,4 +1,4 @@
-//! Quota reconciliation (SPEC §8.4): each tool's declared share of learner turns against the
+//! Quota reconciliation (docs/registry.md): each tool's declared share of learner turns against the
 //! calls the audit saw. The denominator is learner turns, reconstructed from the call trace by
 //! a documented heuristic (see [`turns`]); verdicts follow the ratio bands of the registration
 //! convention, with minimum samples and a visible "no statement yet".
@@ -128,7 +128,7 @@ struct Call {
     exit: Option<(String, Option<String>, i64)>,
 }
 
-/// Turn reconstruction (SPEC §8.4): per journey, calls in start order; a turn is the first
+/// Turn reconstruction (docs/registry.md): per journey, calls in start order; a turn is the first
 /// context read after the previous turn's last call, so a context read that follows any other
 /// call starts a new turn and consecutive context reads (polling) stay in one. A context read
 /// within `gap_ms` after a successful write is also counted as a suspected redundant reload.

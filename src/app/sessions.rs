@@ -1,4 +1,4 @@
-//! Learning sessions (SPEC §3.4): created beside the journey, never in its stream. Starting one
+//! Learning sessions (docs/domain.md): created beside the journey, never in its stream. Starting one
 //! creates the learner's journey on first use and starts it; expiry is computed, not written.
 
 use std::sync::Arc;
@@ -128,7 +128,7 @@ impl App {
         })
     }
 
-    /// The session gate (SPEC §5.4): the learner's current started, unexpired session.
+    /// The session gate (docs/tool-contract.md, session gate): the learner's current started, unexpired session.
     pub async fn gate(&self, principal: &Principal) -> Result<ActiveSession, AppError> {
         let learner_id = principal.learner_id.as_deref().ok_or(AppError::Forbidden)?;
         let row = self.store.latest_session(learner_id).await?.ok_or(AppError::SessionRequired)?;

@@ -1,4 +1,4 @@
-//! Option tokens and workflow capabilities (SPEC §5.5): PASETO v4.local (authenticated
+//! Option tokens and workflow capabilities (docs/tool-contract.md, capabilities): PASETO v4.local (authenticated
 //! encryption, pasetors), bound to session, journey, kind and state version, with an expiry and
 //! a key id in the footer for rotation. The implicit assertion binds each token to its purpose,
 //! so an option token never opens as a capability.

@@ -1,4 +1,4 @@
-//! `/v1` JSON API: installed curricula and starting a learning session (SPEC §3.4).
+//! `/v1` JSON API: installed curricula and starting a learning session (docs/domain.md).
 
 use std::sync::Arc;
 

@@ -336,7 +336,7 @@ fn allowed_origins(settings: &McpSettings, public_url: &str) -> Vec<String> {
 mod tests {
     use super::SKILL_MD;
 
-    /// Shorter texts must never weaken privacy, grading or state rules (SPEC §4a).
+    /// Shorter texts must never weaken privacy, grading or state rules (docs/SKILL.md).
     #[test]
     fn skill_md_keeps_the_privacy_grading_and_state_rules() {
         let rules = [

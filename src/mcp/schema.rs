@@ -1,5 +1,5 @@
 //! Our strict input validator (R-5a) and the JSON Schemas it publishes, from one description
-//! per tool so the two cannot drift. Validation runs in the order of SPEC §5.3 on the raw
+//! per tool so the two cannot drift. Validation runs in the order of docs/tool-contract.md, errors on the raw
 //! arguments: forbidden field names anywhere → unknown fields at any level (counted, never
 //! named) → types, required fields and ranges (naming a known field, never echoing a value).
 
@@ -172,7 +172,7 @@ fn check(value: &Value, shape: &Shape, path: &str) -> Result<(), AppError> {
     }
 }
 
-/// Validates raw arguments against a tool's input shape, in the order of SPEC §5.3.
+/// Validates raw arguments against a tool's input shape, in the order of docs/tool-contract.md, errors.
 pub fn validate(args: &Value, shape: &Shape) -> Result<(), AppError> {
     if any_forbidden(args) {
         return Err(AppError::ForbiddenField);

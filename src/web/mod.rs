@@ -1,4 +1,4 @@
-//! The small web GUI (SPEC §10): sign in, start a learning session (the page every session error
+//! The small web GUI (docs/operations.md): sign in, start a learning session (the page every session error
 //! points to), see progress as a goal graph, and — for operators — the registry, quota and audit
 //! at a glance. Server-rendered with minijinja; every form carries a CSRF token (double submit:
 //! a `SameSite=Strict` cookie and a hidden field); the sign-in cookie is sealed, `HttpOnly`,

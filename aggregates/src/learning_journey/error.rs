@@ -1,5 +1,5 @@
 //! The ways a LearningJourney refuses a command. Each variant says how a caller handles it;
-//! the application layer maps each once to a stable code (SPEC §5.3).
+//! the application layer maps each once to a stable code (docs/tool-contract.md, errors).
 
 /// Why the journey refused a command. Nothing was changed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! The LearningJourney aggregate: one learner on one curriculum. It owns the locale, the
 //! active goal, per-goal mastery, recall memory, the open workflow with its step, the decided
 //! next step (which makes the published option set a function of the state), plan progress and
-//! the autopilot flag. Every business rule of SPEC §3 and the next-step policy of §5.2c lives
+//! the autopilot flag. Every business rule of docs/domain.md and the next-step policy of §5.2c lives
 //! here or in the pure helpers beside it; `handle` reads no clock and does no I/O — the time
 //! and the pack come in through [`JourneyServices`].
 
@@ -667,7 +667,7 @@ impl Decision {
         self.state.frontier(pack).into_iter().filter(|g| Some(*g) != active).map(str::to_owned).collect()
     }
 
-    /// SPEC §5.2c rule 2: what "go on" leads to.
+    /// docs/domain.md, next-step policy rule 2: what "go on" leads to.
     fn advance(&mut self, pack: &Pack, now: DateTime<Utc>) {
         let due = self.recall_due(pack, now);
         let goals = self.next_goals(pack);
@@ -761,7 +761,7 @@ impl Decision {
             });
         }
         self.emit(JourneyEvent::RecallResultsRecorded { instance, results, at: now });
-        // SPEC §5.2c rule 3.
+        // docs/domain.md, next-step policy rule 3.
         if self.recall_due(pack, now) {
             self.emit(JourneyEvent::NextStepDecided { step: NextStep::OfferNextRecallBatch, at: now });
         } else {

@@ -343,7 +343,7 @@ async fn session_of(app: &App, principal: &Principal, args: &Value) -> Result<Ac
     }
 }
 
-/// Runs one call of a tool: session first (SPEC §5.3 order; the gate only for the context
+/// Runs one call of a tool: session first (docs/tool-contract.md, errors order; the gate only for the context
 /// loader without an id), then the strict validator, then the tool's handler.
 pub async fn dispatch(app: &Arc<App>, principal: &Principal, tool: Tool, args: Value) -> Result<ToolOutput, Failure> {
     let fail = |error: AppError, locale: &str, journey_id: Option<String>| Failure { error, locale: locale.to_owned(), journey_id };
@@ -359,7 +359,7 @@ pub async fn dispatch(app: &Arc<App>, principal: &Principal, tool: Tool, args: V
     let call = Call { app, session: &session, tool };
     match tool.handle(&call, args).await {
         // A write that cannot proceed without the learner's decision: the current decision
-        // point, unchanged, as a clarification (SPEC §5.3) rather than a rejection.
+        // point, unchanged, as a clarification (docs/tool-contract.md, errors) rather than a rejection.
         Err(AppError::NotAllowed) if tool.def().meta.kind == Kind::Write => {
             result::clarification(&call).await.map_err(|e| fail(e, &locale, journey.clone()))
         }
@@ -367,7 +367,7 @@ pub async fn dispatch(app: &Arc<App>, principal: &Principal, tool: Tool, args: V
     }
 }
 
-/// The recovery of an error (SPEC §5.3 table): the start URL for session errors, a reload
+/// The recovery of an error (docs/tool-contract.md, errors table): the start URL for session errors, a reload
 /// proposal where that is the safe recovery, nothing for malformed calls.
 pub fn recovery(app: &App, err: &AppError, locale: &str, start_url: &str) -> Option<Value> {
     let lang = Lang::of(locale);
