@@ -20,6 +20,7 @@ use crate::app::tokens::Keys;
 use crate::app::App;
 use crate::clock::SystemClock;
 use crate::config::Settings;
+use crate::mcp::tools::Tool;
 use crate::store::DbUrl;
 
 /// Benchmark options.
@@ -68,7 +69,10 @@ fn stats(values: &mut [f64], secs: f64) -> Value {
     })
 }
 
-const READ_TOOLS: &[&str] = &["get_skillpilot_learning_context", "render_skillpilot_goal_visualization"];
+/// Whether a tool only reads (its latencies count as reads).
+fn is_read(name: &str) -> bool {
+    Tool::named(name).is_some_and(|t| t.def().meta.kind == crate::registry::Kind::Read)
+}
 
 struct Child {
     process: std::process::Child,
@@ -162,7 +166,7 @@ impl Coach {
 
     /// One learner turn of the golden journey's mix: a fresh context, then what it allows.
     async fn turn(&mut self, samples: &Mutex<Samples>) -> bool {
-        let Some(ctx) = self.call("get_skillpilot_learning_context", json!({}), samples).await else { return false };
+        let Some(ctx) = self.call(Tool::LearningContext.name(), json!({}), samples).await else { return false };
         if self.sid.is_none() {
             self.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
         }
@@ -170,32 +174,32 @@ impl Coach {
             "teachActiveGoal" => {
                 let args = json!({"expectedStateVersion": ctx["stateVersion"], "clientRequestId": uuid::Uuid::new_v4().to_string(),
                                   "decision": {"evidence": "independent", "consent": "closeAndContinue"}});
-                self.call("complete_skillpilot_goal", args, samples).await
+                self.call(Tool::CompleteGoal.name(), args, samples).await
             }
             "chooseOption" | "awaitLearnerContinuation" => {
                 let option = ctx["options"][0]["payload"].clone();
-                self.call("choose_skillpilot_option", json!({"option": option}), samples).await
+                self.call(Tool::ChooseOption.name(), json!({"option": option}), samples).await
             }
-            "offerVerifiedRecall" => self.call("start_skillpilot_verified_recall", json!({}), samples).await,
+            "offerVerifiedRecall" => self.call(Tool::StartRecall.name(), json!({}), samples).await,
             "answerVerifiedRecall" => {
                 let cap = ctx["openWorkflow"]["batchCapability"].clone();
-                self.call("get_skillpilot_verified_recall_answers", json!({"batchCapability": cap}), samples).await
+                self.call(Tool::RecallAnswers.name(), json!({"batchCapability": cap}), samples).await
             }
             "recordVerifiedRecall" => {
                 let n = ctx["openWorkflow"]["questions"].as_array().map_or(0, Vec::len);
                 let args =
                     json!({"gradingCapability": ctx["openWorkflow"]["gradingCapability"], "assessments": vec![json!({"passed": true}); n]});
-                self.call("record_skillpilot_verified_recall_results", args, samples).await
+                self.call(Tool::RecallResults.name(), args, samples).await
             }
-            "offerExam" => self.call("start_skillpilot_exam", json!({}), samples).await,
+            "offerExam" => self.call(Tool::StartExam.name(), json!({}), samples).await,
             "answerExam" => {
                 let cap = ctx["openWorkflow"]["examCapability"].clone();
-                self.call("get_skillpilot_exam_solutions", json!({"examCapability": cap}), samples).await
+                self.call(Tool::ExamSolutions.name(), json!({"examCapability": cap}), samples).await
             }
             "recordExam" => {
                 let n = ctx["openWorkflow"]["tasks"].as_array().map_or(0, Vec::len);
                 let args = json!({"scoringCapability": ctx["openWorkflow"]["scoringCapability"], "scores": vec![json!({"points": 4}); n]});
-                self.call("record_skillpilot_exam_scores", args, samples).await
+                self.call(Tool::ExamScores.name(), args, samples).await
             }
             _ => return false, // confirmCompletion: this learner is done
         };
@@ -247,7 +251,7 @@ async fn load(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration
         let conflicts = s.conflicts.get(&name).copied().unwrap_or(0);
         let errors = s.errors.get(&name).copied().unwrap_or(0);
         let lat = s.latencies.entry(name.clone()).or_default();
-        if READ_TOOLS.contains(&name.as_str()) {
+        if is_read(name.as_str()) {
             reads += lat.len();
         } else {
             writes += lat.len();
@@ -257,10 +261,8 @@ async fn load(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration
         st["errors"] = json!(errors);
         tools.insert(name, st);
     }
-    let mut all_writes: Vec<f64> =
-        s.latencies.iter().filter(|(k, _)| !READ_TOOLS.contains(&k.as_str())).flat_map(|(_, v)| v.clone()).collect();
-    let mut all_reads: Vec<f64> =
-        s.latencies.iter().filter(|(k, _)| READ_TOOLS.contains(&k.as_str())).flat_map(|(_, v)| v.clone()).collect();
+    let mut all_writes: Vec<f64> = s.latencies.iter().filter(|(k, _)| !is_read(k.as_str())).flat_map(|(_, v)| v.clone()).collect();
+    let mut all_reads: Vec<f64> = s.latencies.iter().filter(|(k, _)| is_read(k.as_str())).flat_map(|(_, v)| v.clone()).collect();
     let out = json!({
         "concurrency": concurrency,
         "seconds": secs,
@@ -286,7 +288,7 @@ async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Du
         tasks.push(tokio::spawn(async move {
             let mut coach = Coach { http: reqwest::Client::new(), base, token, sid: None };
             while Instant::now() < deadline {
-                if let Some(ctx) = coach.call("get_skillpilot_learning_context", json!({}), &samples).await {
+                if let Some(ctx) = coach.call(Tool::LearningContext.name(), json!({}), &samples).await {
                     if coach.sid.is_none() {
                         coach.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
                     }
@@ -299,7 +301,7 @@ async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Du
     }
     let secs = started.elapsed().as_secs_f64();
     let mut s = samples.lock().await;
-    let lat = s.latencies.entry("get_skillpilot_learning_context".into()).or_default();
+    let lat = s.latencies.entry(Tool::LearningContext.name().into()).or_default();
     Ok(stats(lat, secs))
 }
 
@@ -336,7 +338,7 @@ async fn write_p50(base: &str, token: &str, n: usize) -> anyhow::Result<f64> {
     let samples = Mutex::new(Samples::default());
     let mut coach = Coach { http: reqwest::Client::new(), base: base.to_owned(), token: token.to_owned(), sid: None };
     for _ in 0..n {
-        let ctx = coach.call("get_skillpilot_learning_context", json!({}), &samples).await.context("context read failed")?;
+        let ctx = coach.call(Tool::LearningContext.name(), json!({}), &samples).await.context("context read failed")?;
         if coach.sid.is_none() {
             coach.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
         }
@@ -345,10 +347,10 @@ async fn write_p50(base: &str, token: &str, n: usize) -> anyhow::Result<f64> {
             .and_then(|o| o.iter().find(|x| x["kind"] == "autopilot"))
             .map(|x| x["payload"].clone())
             .context("no autopilot option")?;
-        coach.call("choose_skillpilot_option", json!({"option": toggle}), &samples).await;
+        coach.call(Tool::ChooseOption.name(), json!({"option": toggle}), &samples).await;
     }
     let mut s = samples.into_inner();
-    let mut lat = s.latencies.remove("choose_skillpilot_option").unwrap_or_default();
+    let mut lat = s.latencies.remove(Tool::ChooseOption.name()).unwrap_or_default();
     lat.sort_by(|a, b| a.total_cmp(b));
     Ok(percentile(&lat, 0.5))
 }
@@ -484,7 +486,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     for token in &tokens {
         let mut coach = Coach { http: http.clone(), base: server.base.clone(), token: token.clone(), sid: None };
         let s = Mutex::new(Samples::default());
-        read_ok += usize::from(coach.call("get_skillpilot_learning_context", json!({}), &s).await.is_some());
+        read_ok += usize::from(coach.call(Tool::LearningContext.name(), json!({}), &s).await.is_some());
     }
     let rss_after = server.peak_rss_kib();
 

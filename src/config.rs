@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use chrono::Duration;
 
-use crate::mcp::McpSettings;
 use crate::store::{DbUrl, PoolSettings};
 
 /// Everything the service needs to start.
@@ -39,7 +38,7 @@ pub struct Settings {
     pub journey_cache: usize,
     /// An external identity provider whose JWT access tokens the MCP endpoint accepts; when set,
     /// the built-in authorization server is off.
-    pub external_idp: Option<crate::app::external_idp::ExternalIdpSettings>,
+    pub external_idp: Option<ExternalIdpSettings>,
     /// A seam lock file to read instead of the committed one (never written by the service).
     pub seams_lock: Option<PathBuf>,
     /// Quota window in learner turns (≥ 100).
@@ -103,7 +102,7 @@ impl Settings {
             outbound_ca_file: None,
             oauth_register_per_hour: 20,
             oauth_unused_client_ttl: Duration::hours(24),
-            bearer_cache_ttl: crate::app::identity::PRINCIPAL_TTL,
+            bearer_cache_ttl: PRINCIPAL_TTL,
         }
     }
 
@@ -158,6 +157,61 @@ pub fn apply_config_file() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// How long a resolved bearer token, and the standing of a learner or OAuth client, is trusted
+/// from memory by default (`Settings::bearer_cache_ttl`): the longest a revoked token keeps
+/// working on an instance that resolved it just before.
+pub const PRINCIPAL_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// MCP settings a deployment changes.
+#[derive(Clone, Debug)]
+pub struct McpSettings {
+    /// Allowed `Host` values (loopback by default; a reverse proxy names its public host).
+    pub allowed_hosts: Vec<String>,
+    /// Allowed browser origins (`https://chatgpt.com:443`, …); empty rejects every Origin.
+    pub allowed_origins: Vec<String>,
+    /// How long a tool handler may run before the dispatcher answers `INTERNAL` for it.
+    pub handler_timeout: std::time::Duration,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        Self { allowed_hosts: Vec::new(), allowed_origins: Vec::new(), handler_timeout: std::time::Duration::from_secs(30) }
+    }
+}
+
+/// Where the provider's keys are published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JwksSource {
+    /// An https (or, for development, http) URL.
+    Url(String),
+    /// A local JWKS file.
+    File(PathBuf),
+}
+
+impl JwksSource {
+    /// A URL when it looks like one, else a file path.
+    pub fn parse(spec: &str) -> Self {
+        if spec.starts_with("https://") || spec.starts_with("http://") {
+            Self::Url(spec.to_owned())
+        } else {
+            Self::File(PathBuf::from(spec))
+        }
+    }
+}
+
+/// The external identity provider's settings.
+#[derive(Clone, Debug)]
+pub struct ExternalIdpSettings {
+    /// Its issuer identifier (the `iss` of its tokens, and what the resource metadata names).
+    pub issuer: String,
+    /// Its keys.
+    pub jwks: JwksSource,
+    /// The `aud` tokens must carry; `None` means this server's MCP resource URL.
+    pub audience: Option<String>,
+    /// The shortest time between two fetches of the JWKS for an unknown key id.
+    pub refetch_after: std::time::Duration,
 }
 
 #[cfg(test)]

@@ -167,8 +167,8 @@ impl AppError {
 
     /// A short factual finding in the learner's language.
     pub fn finding(&self, locale: &str) -> String {
-        let de = !locale.starts_with("en");
-        let s = |d: &str, e: &str| if de { d.to_owned() } else { e.to_owned() };
+        let lang = projections::text::Lang::of(locale);
+        let s = |d: &str, e: &str| if lang == projections::text::Lang::De { d.to_owned() } else { e.to_owned() };
         match self {
             Self::Unauthorized => s("Anmeldung fehlt oder ist ungültig.", "Authentication is missing or invalid."),
             Self::Forbidden => s("Diese Rolle darf das nicht.", "This role may not do that."),

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 
 use crate::app::App;
 use crate::config::HttpSettings;
-use crate::http;
+use crate::http::{self, PeerAddr};
 
 /// The application with every shipped tool registered: the one way the binary, the CLI and
 /// the tests build it (the application layer itself knows no transport).
@@ -156,10 +156,6 @@ impl Activity {
             && self.now_ms().saturating_sub(self.last_ms.load(Ordering::Acquire)) > u64::try_from(limit.as_millis()).unwrap_or(u64::MAX)
     }
 }
-
-/// The address a request came from (the TCP peer: behind a reverse proxy, the proxy).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PeerAddr(pub std::net::IpAddr);
 
 /// The connection's service, counting the requests in flight for its watchdog and telling each
 /// request its peer address.

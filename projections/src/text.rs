@@ -15,6 +15,14 @@ pub enum Lang {
 }
 
 impl Lang {
+    /// The language's two-letter tag.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Self::De => "de",
+            Self::En => "en",
+        }
+    }
+
     /// The language of a locale tag; German for anything not English (the server default).
     pub fn of(locale: &str) -> Self {
         if locale.starts_with("en") {

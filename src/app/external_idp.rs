@@ -5,7 +5,8 @@
 //! is cached, and is fetched again when a token names a key id it does not hold (key rotation),
 //! at most once per `refetch_after`.
 
-use std::path::PathBuf;
+pub use crate::config::{ExternalIdpSettings, JwksSource};
+
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::JwkSet;
@@ -13,39 +14,6 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 
 use crate::error::AppError;
-
-/// Where the provider's keys are published.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JwksSource {
-    /// An https (or, for development, http) URL.
-    Url(String),
-    /// A local JWKS file.
-    File(PathBuf),
-}
-
-impl JwksSource {
-    /// A URL when it looks like one, else a file path.
-    pub fn parse(spec: &str) -> Self {
-        if spec.starts_with("https://") || spec.starts_with("http://") {
-            Self::Url(spec.to_owned())
-        } else {
-            Self::File(PathBuf::from(spec))
-        }
-    }
-}
-
-/// The external identity provider's settings.
-#[derive(Clone, Debug)]
-pub struct ExternalIdpSettings {
-    /// Its issuer identifier (the `iss` of its tokens, and what the resource metadata names).
-    pub issuer: String,
-    /// Its keys.
-    pub jwks: JwksSource,
-    /// The `aud` tokens must carry; `None` means this server's MCP resource URL.
-    pub audience: Option<String>,
-    /// The shortest time between two fetches of the JWKS for an unknown key id.
-    pub refetch_after: Duration,
-}
 
 /// What the resource server reads from a provider's token.
 #[derive(Debug, Deserialize)]

@@ -48,10 +48,13 @@ pub struct Principal {
     pub learner_id: Option<String>,
 }
 
-/// How long a resolved bearer token, and the standing of a learner or OAuth client, is trusted
-/// from memory by default (`Settings::bearer_cache_ttl`): the longest a revoked token keeps
-/// working on an instance that resolved it just before.
-pub const PRINCIPAL_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// The token of an `Authorization: Bearer …` value; the scheme is case-insensitive (RFC 6750
+/// §2.1 with RFC 9110 §11.1).
+pub fn bearer_of(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
 
 fn hash_token(token: &str) -> String {
     blake3::hash(token.as_bytes()).to_hex().to_string()

@@ -20,6 +20,7 @@ use anyhow::Context;
 use crate::catalog::Catalog;
 use crate::clock::Clock;
 use crate::config::Settings;
+use crate::error::AppError;
 use crate::registry::{Lock, Registry, ToolMeta, COMMITTED_LOCK};
 use crate::store::{DbUrl, Store};
 use tokens::Keys;
@@ -118,7 +119,7 @@ impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
 
 impl App {
     /// Connects, migrates and loads the content, and registers `tools` (handed over by the
-    /// composition root, [`crate::startup::build_app`]). Errors name what failed.
+    /// composition root, `startup::build_app`). Errors name what failed.
     pub async fn build(settings: Settings, clock: Arc<dyn Clock>, tools: &[ToolMeta]) -> anyhow::Result<Arc<Self>> {
         // Everything that can be checked without touching the disk is checked first, so a
         // mistyped option never leaves a database or a key file behind.
@@ -177,5 +178,60 @@ fn kind_of(db: &DbUrl) -> &'static str {
     match db {
         DbUrl::Sqlite(_) => "SQLite",
         DbUrl::Postgres(_) => "PostgreSQL",
+    }
+}
+
+/// What the transports may know of the store, asked through the application (HTTP, the web
+/// pages and the CLI never hold the store themselves).
+impl App {
+    /// `sqlite` or `postgres`.
+    pub fn store_kind(&self) -> &'static str {
+        self.store.kind()
+    }
+
+    /// Whether the store answers a trivial query now.
+    pub async fn store_reachable(&self) -> bool {
+        self.store.ping().await.is_ok()
+    }
+
+    /// The database pool's figures, for `/metrics`.
+    pub fn pool_sample(&self) -> crate::metrics::PoolSample {
+        self.store.pool_sample(self.settings.pool.max_connections)
+    }
+
+    /// The newest `audit verify` run, if any.
+    pub async fn last_audit_run(&self) -> Result<Option<crate::store::AuditRun>, AppError> {
+        Ok(self.store.last_audit_run().await?)
+    }
+
+    /// Opens a server-side web session for a signed-in principal, for 12 hours; returns its id
+    /// and its expiry.
+    pub async fn open_web_session(&self, principal: &identity::Principal) -> Result<(String, chrono::DateTime<chrono::Utc>), AppError> {
+        let now = self.clock.now();
+        let expires = now + chrono::Duration::hours(12);
+        let id = uuid::Uuid::new_v4().to_string();
+        let learner = principal.learner_id.as_deref();
+        self.store.insert_web_session(&id, principal.role.as_str(), learner, now.timestamp_millis(), expires.timestamp_millis()).await?;
+        Ok((id, expires))
+    }
+
+    /// Whether a web session is open (not signed out, not expired) now.
+    pub async fn web_session_open(&self, web_session_id: &str) -> Result<bool, AppError> {
+        Ok(self.store.web_session_open(web_session_id, self.clock.now().timestamp_millis()).await?)
+    }
+
+    /// Ends a web session now (sign-out): its cookie opens nothing any more.
+    pub async fn end_web_session(&self, web_session_id: &str) -> Result<(), AppError> {
+        Ok(self.store.end_web_session(web_session_id, self.clock.now().timestamp_millis()).await?)
+    }
+
+    /// A learner's newest learning session, if any.
+    pub async fn latest_session(&self, learner_id: &str) -> Result<Option<crate::store::SessionRow>, AppError> {
+        Ok(self.store.latest_session(learner_id).await?)
+    }
+
+    /// Makes the replayed context views live (`replay --swap`); returns the rows swapped in.
+    pub async fn swap_in_shadow_views(&self) -> Result<u64, AppError> {
+        Ok(self.store.swap_in_shadow_views().await?)
     }
 }

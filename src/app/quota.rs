@@ -349,8 +349,33 @@ mod tests {
 
     #[test]
     fn turns_are_counted_from_the_trace_and_suspicions_reported() {
-        let lock = crate::registry::Lock::parse(crate::registry::COMMITTED_LOCK).unwrap();
-        let registry = crate::registry::Registry::start(&crate::mcp::tools::registrations(), &lock);
+        use crate::registry::{relock, Exit, Kind, Lock, Manifest, Role, ToolMeta};
+        // Three tools of the coach's shape, registered here so the test needs no transport.
+        let tool = |name: &'static str, kind: Kind, role: Role, quota: u8| ToolMeta {
+            name,
+            kind,
+            role,
+            manifest: Manifest {
+                intent: "Does one thing for the learner.",
+                negative_cases: &["Not otherwise."],
+                boundary: "nothing else",
+                cost: "one round trip",
+                cadence: "per turn",
+                scope: "own session",
+                data_ownership: "own journey",
+                needs: &[],
+                quota: Some(quota),
+                retry: "same result",
+                exits: &[Exit::Completed, Exit::Rejected, Exit::Error],
+                registration_version: 1,
+            },
+        };
+        let tools = [
+            tool("get_skillpilot_learning_context", Kind::Read, Role::Context, 100),
+            tool("choose_skillpilot_option", Kind::Write, Role::Other, 0),
+            tool("complete_skillpilot_goal", Kind::Write, Role::Other, 25),
+        ];
+        let registry = crate::registry::Registry::start(&tools, &relock(&tools, &Lock::default()).unwrap());
         let context_tool = registry.context_tool.unwrap();
         let mut rows = Vec::new();
         let mut t = 0;

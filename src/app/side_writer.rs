@@ -7,26 +7,10 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{Store, StoreError, ToolCallRow};
-
-/// A row written after a call.
-#[derive(Clone, Debug)]
-pub enum SideRow {
-    /// A tool-call audit row.
-    Audit(ToolCallRow),
-    /// A full-context view row (never moved backwards).
-    View {
-        /// Journey.
-        journey_id: String,
-        /// Version it reflects.
-        version: u64,
-        /// The persisted view.
-        payload: Value,
-    },
-}
+pub use crate::store::SideRow;
+use crate::store::{Store, StoreError};
 
 struct Item {
     row: SideRow,

@@ -400,7 +400,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Restore { from } => ops::restore(&settings, &from).await,
         Command::Migrate => {
             let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            println!("migrations applied ({})", app.store.kind());
+            println!("migrations applied ({})", app.store_kind());
             Ok(0)
         }
         Command::Serve {
@@ -450,7 +450,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
                 addr = %app.settings.addr,
                 port = service.port(),
                 public_url = %app.settings.public_url,
-                store = app.store.kind(),
+                store = app.store_kind(),
                 curricula = %app.catalog.summary(),
                 key_id = app.keys.current_kid(),
                 oauth = if app.idp.is_some() { "external" } else { "built-in" },

@@ -43,7 +43,7 @@ pub(super) async fn replay(app: &App, swap: bool) -> anyhow::Result<i32> {
             );
             return Ok(5);
         }
-        let n = app.store.swap_in_shadow_views().await.map_err(|e| anyhow::anyhow!("swap failed: {e}"))?;
+        let n = app.swap_in_shadow_views().await.map_err(|e| anyhow::anyhow!("swap failed: {}", e.code()))?;
         app.swap_in_replayed_analytics().await.map_err(|e| anyhow::anyhow!("swap failed: {}", e.code()))?;
         println!(
             "replay: {} of {} journeys and the analytics {:?} differed; the rebuilt views ({n} context rows) are now live",

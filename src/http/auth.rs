@@ -18,15 +18,7 @@ impl FromRequestParts<Arc<App>> for Bearer {
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Self::Rejection> {
         let header = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).ok_or(AppError::Unauthorized)?;
-        let token = bearer_of(header).ok_or(AppError::Unauthorized)?;
+        let token = crate::app::identity::bearer_of(header).ok_or(AppError::Unauthorized)?;
         Ok(Self(app.authenticate(token).await?))
     }
-}
-
-/// The token of an `Authorization: Bearer …` value; the scheme is case-insensitive (RFC 6750
-/// §2.1 with RFC 9110 §11.1).
-pub fn bearer_of(header: &str) -> Option<&str> {
-    let (scheme, token) = header.trim_start().split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }

@@ -19,6 +19,10 @@ use axum::Router;
 
 use crate::app::App;
 
+/// The address a request came from (the TCP peer: behind a reverse proxy, the proxy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub std::net::IpAddr);
+
 /// The service's router.
 pub fn router(app: Arc<App>) -> Router {
     let limits = app.settings.http.clone();
@@ -120,7 +124,7 @@ fn is_length_limit(e: &axum::Error) -> bool {
 /// scrape. With a configured metrics token only a request bearing it is answered.
 async fn metrics(State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Response {
     if let Some(expected) = &app.settings.metrics_token {
-        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(auth::bearer_of);
+        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(crate::app::identity::bearer_of);
         // Compared as hashes: equal-length digests, so the comparison time says nothing of the token.
         if given.map(|g| blake3::hash(g.as_bytes())) != Some(blake3::hash(expected.as_bytes())) {
             return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")]).into_response();
@@ -129,7 +133,7 @@ async fn metrics(State(app): State<Arc<App>>, headers: axum::http::HeaderMap) ->
     if let Ok(status) = app.analytics_status().await {
         app.metrics.set_projection_lag(status.iter().map(|s| s.lag).max().unwrap_or(0));
     }
-    app.metrics.sample(app.store.pool_sample(app.settings.pool.max_connections));
+    app.metrics.sample(app.pool_sample());
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.metrics.render()).into_response()
 }
 
@@ -140,12 +144,12 @@ async fn healthz() -> &'static str {
 /// Ready when the store answers and the context tool is bound; refused tools are listed
 /// (a refused tool other than the context tool does not make the service unready).
 async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
-    let store_ok = app.store.ping().await.is_ok();
+    let store_ok = app.store_reachable().await;
     let context_bound = app.registry.context_bound();
     let status = if store_ok && context_bound { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = serde_json::json!({
         "status": if status == StatusCode::OK { "ready" } else { "unavailable" },
-        "store": {"kind": app.store.kind(), "reachable": store_ok},
+        "store": {"kind": app.store_kind(), "reachable": store_ok},
         "refusedTools": app.registry.refused(),
     });
     (status, axum::Json(body))

@@ -60,11 +60,7 @@ pub async fn authorization_server(State(app): State<Arc<App>>) -> Response {
 }
 
 /// `POST /oauth/register` (RFC 7591).
-pub async fn register(
-    State(app): State<Arc<App>>,
-    peer: Option<axum::Extension<crate::startup::PeerAddr>>,
-    body: axum::body::Bytes,
-) -> Response {
+pub async fn register(State(app): State<Arc<App>>, peer: Option<axum::Extension<super::PeerAddr>>, body: axum::body::Bytes) -> Response {
     if !app.builtin_authorization_server() {
         return StatusCode::NOT_FOUND.into_response();
     }

@@ -38,7 +38,7 @@ pub(super) async fn verify(State(app): State<Arc<App>>, Bearer(principal): Beare
 /// The latest recorded `audit verify`.
 pub(super) async fn last_audit(State(app): State<Arc<App>>, Bearer(principal): Bearer) -> Result<Json<Value>, AppError> {
     operator(&principal)?;
-    Ok(Json(serde_json::json!({ "lastVerify": app.store.last_audit_run().await? })))
+    Ok(Json(serde_json::json!({ "lastVerify": app.last_audit_run().await? })))
 }
 
 /// Rebuilds the views into the shadow table and compares (never swaps: that is a CLI decision).

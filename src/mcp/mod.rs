@@ -10,7 +10,7 @@ pub mod schema;
 pub mod tools;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -29,6 +29,7 @@ use tracing::Instrument;
 
 use crate::app::identity::{Principal, Role};
 use crate::app::App;
+pub use crate::config::McpSettings;
 use crate::error::AppError;
 use crate::store::ToolCallRow;
 use tools::{Tool, ToolOutput, WIDGET_URI};
@@ -37,23 +38,6 @@ use tools::{Tool, ToolOutput, WIDGET_URI};
 pub const SKILL_MD: &str = include_str!("../../docs/SKILL.md");
 
 const WIDGET_HTML: &str = include_str!("widget.html");
-
-/// MCP settings a deployment changes.
-#[derive(Clone, Debug)]
-pub struct McpSettings {
-    /// Allowed `Host` values (loopback by default; a reverse proxy names its public host).
-    pub allowed_hosts: Vec<String>,
-    /// Allowed browser origins (`https://chatgpt.com:443`, …); empty rejects every Origin.
-    pub allowed_origins: Vec<String>,
-    /// How long a tool handler may run before the dispatcher answers `INTERNAL` for it.
-    pub handler_timeout: Duration,
-}
-
-impl Default for McpSettings {
-    fn default() -> Self {
-        Self { allowed_hosts: Vec::new(), allowed_origins: Vec::new(), handler_timeout: Duration::from_secs(30) }
-    }
-}
 
 /// The tool server: one per request (stateless), sharing the application.
 #[derive(Clone)]
@@ -98,7 +82,7 @@ fn call_result(structured: Value, summary: &str, is_error: bool, meta: Option<Va
 impl CoachServer {
     async fn audit(&self, row: ToolCallRow) {
         let (tool, phase) = (row.tool.clone(), row.phase);
-        let side_row = crate::app::side_writer::SideRow::Audit(row);
+        let side_row = crate::store::SideRow::Audit(row);
         // `started` is queued, the exit awaited: both usually share one group commit, and the
         // FIFO writer never commits an exit before its call's `started`.
         let written = if phase == "started" { self.app.side.enqueue(side_row).await } else { self.app.side.write(side_row).await };
@@ -262,7 +246,7 @@ async fn require_learner(State(app): State<Arc<App>>, mut request: Request, next
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(crate::http::auth::bearer_of)
+        .and_then(crate::app::identity::bearer_of)
         .map(str::to_owned);
     let Some(token) = token else { return challenge(&app, AppError::Unauthorized) };
     match app.authenticate(&token).await {

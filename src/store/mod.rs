@@ -654,6 +654,22 @@ pub struct AuditRow {
     pub at_ms: i64,
 }
 
+/// A row written after a call.
+#[derive(Clone, Debug)]
+pub enum SideRow {
+    /// A tool-call audit row.
+    Audit(ToolCallRow),
+    /// A full-context view row (never moved backwards).
+    View {
+        /// Journey.
+        journey_id: String,
+        /// Version it reflects.
+        version: u64,
+        /// The persisted view.
+        payload: Value,
+    },
+}
+
 /// One row of the tool-call audit.
 #[derive(Clone, Debug)]
 pub struct ToolCallRow {
@@ -785,8 +801,7 @@ impl Store {
 
 impl Store {
     /// Writes audit and view rows in one transaction (the side writer's group commit).
-    pub async fn write_side_rows(&self, rows: &[crate::app::side_writer::SideRow]) -> Result<(), StoreError> {
-        use crate::app::side_writer::SideRow;
+    pub async fn write_side_rows(&self, rows: &[SideRow]) -> Result<(), StoreError> {
         let view_sql = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
              ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
              WHERE journey_context_view.version < excluded.version";

@@ -25,6 +25,7 @@ use crate::app::sessions::StartSession;
 use crate::app::tokens::NoTokens;
 use crate::app::App;
 use crate::error::AppError;
+use projections::text::Lang;
 use text::{texts, Texts};
 
 const SESSION_COOKIE: &str = "sp_web";
@@ -125,11 +126,7 @@ fn lang_of(query: &HashMap<String, String>, headers: &HeaderMap) -> &'static str
         Some("de") => "de",
         _ => {
             let accept = headers.get(header::ACCEPT_LANGUAGE).and_then(|v| v.to_str().ok()).unwrap_or("");
-            if accept.trim_start().starts_with("en") {
-                "en"
-            } else {
-                "de"
-            }
+            Lang::of(accept.trim_start()).tag()
         }
     }
 }
@@ -159,7 +156,7 @@ impl Web {
             "analyst" => Role::Analyst,
             _ => return None,
         };
-        if !self.app.store.web_session_open(&claims.wsid, now.timestamp_millis()).await.ok()? {
+        if !self.app.web_session_open(&claims.wsid).await.ok()? {
             return None;
         }
         Some((Principal { role, learner_id: claims.lid }, claims.wsid))
@@ -288,23 +285,9 @@ async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Fo
         Ok(p) => p,
         Err(_) => return web.sign_in_page(&headers, lang, next, Some(t.sign_in_failed)),
     };
-    let now = web.app.clock.now();
-    let expires = now + chrono::Duration::hours(12);
-    let wsid = uuid::Uuid::new_v4().to_string();
-    let stored = web
-        .app
-        .store
-        .insert_web_session(
-            &wsid,
-            principal.role.as_str(),
-            principal.learner_id.as_deref(),
-            now.timestamp_millis(),
-            expires.timestamp_millis(),
-        )
-        .await;
-    if stored.is_err() {
+    let Ok((wsid, expires)) = web.app.open_web_session(&principal).await else {
         return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable);
-    }
+    };
     let claims = WebClaims { wsid, role: principal.role.as_str().to_owned(), lid: principal.learner_id, exp: expires.timestamp() };
     let sealed = web.app.keys.seal_web(&claims);
     let target = if next.contains('?') { next.to_owned() } else { format!("{next}?lang={lang}") };
@@ -327,7 +310,7 @@ async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): F
     }
     // Ended on the server: the cookie, wherever a copy of it lives, opens nothing any more.
     if let Some((_, wsid)) = web.session(&headers).await {
-        if web.app.store.end_web_session(&wsid, web.app.clock.now().timestamp_millis()).await.is_err() {
+        if web.app.end_web_session(&wsid).await.is_err() {
             return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable);
         }
     }
@@ -361,7 +344,7 @@ async fn start_submit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form
     };
     match web.app.start_session(&principal, request).await {
         Ok(started) => {
-            let lang = if started.locale.starts_with("en") { "en" } else { "de" };
+            let lang = Lang::of(&started.locale).tag();
             let t = texts(lang);
             let (csrf, set) = web.csrf(&headers);
             web.render("started.html", context! { lang, t, title => t.started_title, csrf, signed_in => true }, set, StatusCode::CREATED)
@@ -381,7 +364,7 @@ async fn progress(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Strin
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.learners_only);
     };
     // Only the signed-in learner's own journey: the id comes from the sealed cookie, never from the request.
-    let session = match web.app.store.latest_session(&learner_id).await {
+    let session = match web.app.latest_session(&learner_id).await {
         Ok(Some(row)) => row,
         Ok(None) => return web.message(&t, lang, StatusCode::NOT_FOUND, t.progress_title, t.no_journey),
         Err(_) => return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
@@ -394,7 +377,7 @@ async fn progress(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Strin
         return web.message(&t, lang, StatusCode::INTERNAL_SERVER_ERROR, t.error_title, t.start_failed);
     };
     let state = &loaded.state;
-    let lang = if state.locale.starts_with("en") { "en" } else { "de" };
+    let lang = Lang::of(&state.locale).tag();
     let t = texts(lang);
     let tz = session.time_zone.parse::<chrono_tz::Tz>().unwrap_or(chrono_tz::UTC);
     let ctx = web.app.context_of(state, &pack, tz, &NoTokens);
@@ -425,7 +408,7 @@ async fn operator(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Strin
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.operators_only);
     }
     let (report, audit, actions) =
-        match (web.app.registry_report().await, web.app.store.last_audit_run().await, web.app.operator_actions(20).await) {
+        match (web.app.registry_report().await, web.app.last_audit_run().await, web.app.operator_actions(20).await) {
             (Ok(r), Ok(a), Ok(actions)) => (r, a, actions),
             _ => return web.message(&t, lang, StatusCode::SERVICE_UNAVAILABLE, t.error_title, t.store_unavailable),
         };

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod analytics;
+mod architecture;
 mod bad_input;
 mod concurrency;
 mod conformance;
