@@ -23,13 +23,12 @@ use crate::config::Settings;
 use crate::mcp::tools::Tool;
 use crate::store::DbUrl;
 
-/// Benchmark options.
+/// What `skillpilot bench` runs: concurrency levels, duration, store and content.
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
     /// Store: a SQLite path (a fresh temporary file when not given) or a PostgreSQL server URL
     /// (a scratch database is created there and dropped afterwards).
     pub db: Option<String>,
-    /// Concurrency levels.
     pub concurrency: Vec<usize>,
     /// Seconds per level and per baseline.
     pub duration: u64,
@@ -37,7 +36,6 @@ pub struct BenchOptions {
     pub long_journey_events: usize,
     /// Journeys for the RSS measurement.
     pub rss_journeys: usize,
-    /// Content directory.
     pub content: Option<PathBuf>,
     /// Write an SVG plot of throughput against concurrency here.
     pub plot: Option<PathBuf>,

@@ -10,7 +10,6 @@ use crate::store::{DbUrl, PoolSettings};
 /// Everything the service needs to start.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// The store.
     pub db: DbUrl,
     /// Listen address, `HOST:PORT` (port 0 picks a free one).
     pub addr: String,
@@ -28,7 +27,6 @@ pub struct Settings {
     pub capability_ttl: Duration,
     /// Capability keys, `kid:base64url-32-bytes[,kid:…]`, the first one current.
     pub capability_keys: Option<String>,
-    /// Pool sizes.
     pub pool: PoolSettings,
     /// Allowed hosts and origins of the MCP endpoint.
     pub mcp: McpSettings,
@@ -206,7 +204,6 @@ impl JwksSource {
 pub struct ExternalIdpSettings {
     /// Its issuer identifier (the `iss` of its tokens, and what the resource metadata names).
     pub issuer: String,
-    /// Its keys.
     pub jwks: JwksSource,
     /// The `aud` tokens must carry; `None` means this server's MCP resource URL.
     pub audience: Option<String>,

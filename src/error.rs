@@ -32,10 +32,7 @@ pub enum AppError {
     SessionInvalid,
     /// Keys that are not part of the input; only counted, never named.
     #[error("{count} unknown fields")]
-    UnknownField {
-        /// How many.
-        count: usize,
-    },
+    UnknownField { count: usize },
     /// A field that would carry chat free text.
     #[error("forbidden field")]
     ForbiddenField,
@@ -47,12 +44,7 @@ pub enum AppError {
     },
     /// The number of assessments or scores does not match.
     #[error("incomplete assessments")]
-    IncompleteAssessments {
-        /// Expected.
-        expected: usize,
-        /// Received.
-        got: usize,
-    },
+    IncompleteAssessments { expected: usize, got: usize },
     /// The request id was used before with another input.
     #[error("idempotency key reused")]
     IdempotencyKeyReused,

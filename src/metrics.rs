@@ -42,7 +42,6 @@ pub struct Metrics {
 /// What the store's pool looks like at a scrape.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PoolSample {
-    /// Connections open.
     pub size: u32,
     /// Of those, idle.
     pub idle: u32,

@@ -39,7 +39,6 @@ const INTERNAL_TERMS: &[&str] = &[
 /// Whether a tool reads or writes, for annotations and the restricted grade.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// Reads only.
     Read,
     /// Changes the journey.
     Write,
@@ -49,7 +48,6 @@ pub enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Exit {
-    /// Done.
     Completed,
     /// A learner decision is needed first.
     Clarification,
@@ -69,7 +67,6 @@ pub enum Role {
     Recall,
     /// One step of the exam workflow.
     Exam,
-    /// Anything else.
     Other,
 }
 
@@ -92,7 +89,6 @@ pub struct Manifest {
     pub negative_cases: &'static [&'static str],
     /// What the tool explicitly does not do.
     pub boundary: &'static str,
-    /// Cost class.
     pub cost: &'static str,
     /// Whether it runs without a learner turn.
     pub cadence: &'static str,
@@ -134,7 +130,6 @@ pub struct ToolMeta {
     pub kind: Kind,
     /// The part it plays.
     pub role: Role,
-    /// The registration.
     pub manifest: Manifest,
 }
 
@@ -148,10 +143,9 @@ pub struct LockEntry {
     pub signature: String,
 }
 
-/// `tool-seams.lock`.
+/// `tool-seams.lock`: the seam signature each tool was last registered with.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lock {
-    /// Per tool.
     pub tools: BTreeMap<String, LockEntry>,
 }
 
@@ -177,7 +171,6 @@ pub enum Grade {
     Restricted,
     /// Bound; a quality defect (internal terms, no quota) is reported.
     Reported,
-    /// Bound.
     Bound,
 }
 
@@ -185,9 +178,7 @@ pub enum Grade {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolState {
-    /// Tool name.
     pub name: &'static str,
-    /// Grade.
     pub grade: Grade,
     /// Why (empty when bound).
     pub reasons: Vec<String>,

@@ -145,7 +145,7 @@ pub struct Pack {
     pub rules: Rules,
     /// Goals, in curriculum order.
     pub goals: Vec<Goal>,
-    /// The exam.
+    /// The final exam: its tasks and pass mark.
     pub exam: Exam,
 }
 

@@ -11,11 +11,11 @@ use crate::learning_journey::LearningJourney;
 pub struct PlanCounts {
     /// Goals completed today.
     pub today_done: u32,
-    /// Daily target.
+    /// Goals to complete per day.
     pub today_target: u32,
     /// Goals completed this week.
     pub week_done: u32,
-    /// Weekly target.
+    /// Goals to complete per week.
     pub week_target: u32,
 }
 

@@ -11,9 +11,9 @@ use serde::Serialize;
 pub enum Change {
     /// A goal's mastery on a journey; `completed` counts a completion.
     GoalMastery {
-        /// Journey.
+        /// The journey the row belongs to.
         journey_id: String,
-        /// Goal.
+        /// The goal's id in its pack.
         goal_id: String,
         /// Mastery after the event.
         mastery: f64,
@@ -26,39 +26,39 @@ pub enum Change {
     },
     /// One assessed recall card.
     RecallOutcome {
-        /// Card.
+        /// The recall card's id.
         card_id: String,
-        /// Its goal.
+        /// The goal the card belongs to.
         goal_id: String,
         /// Passed or not.
         passed: bool,
     },
     /// A scored exam attempt.
     ExamResult {
-        /// Journey.
+        /// The journey the row belongs to.
         journey_id: String,
-        /// Attempt instance.
+        /// Which attempt of the journey's exam.
         instance: u64,
-        /// Total.
+        /// The points reached.
         total_points: f64,
-        /// Maximum.
+        /// The most points possible.
         max_points: u32,
-        /// Passed.
+        /// Whether the attempt passed.
         passed: bool,
         /// When (RFC 3339).
         at: String,
     },
     /// Activity of a UTC day.
     Daily {
-        /// `YYYY-MM-DD` (UTC).
+        /// The day, `YYYY-MM-DD` in UTC.
         day: String,
-        /// Events.
+        /// Events recorded that day.
         events: i64,
-        /// Goals completed.
+        /// Goals completed that day.
         goals_completed: i64,
         /// Recall cards assessed.
         recall_results: i64,
-        /// Exams scored.
+        /// Exams scored that day.
         exams_scored: i64,
     },
 }
@@ -126,7 +126,7 @@ pub struct GoalMasteryRow {
     pub mastery: f64,
     /// Mastered after the last change.
     pub mastered: bool,
-    /// Completions counted.
+    /// Completions of the goal counted so far.
     pub completions: i64,
     /// Time of the last change.
     pub updated_at: String,
@@ -137,35 +137,35 @@ pub struct GoalMasteryRow {
 pub struct RecallRow {
     /// Its goal (as first recorded).
     pub goal_id: String,
-    /// Passed assessments.
+    /// Recall assessments that passed.
     pub passed: i64,
-    /// Failed assessments.
+    /// Recall assessments that failed.
     pub failed: i64,
 }
 
 /// An attempt's row in `exam_results` (the first scoring of an attempt counts).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExamRow {
-    /// Total.
+    /// The points reached.
     pub total_points: f64,
-    /// Maximum.
+    /// The most points possible.
     pub max_points: u32,
-    /// Passed.
+    /// Whether the attempt passed.
     pub passed: bool,
-    /// When.
+    /// When it was scored (RFC 3339).
     pub scored_at: String,
 }
 
 /// A day's row in `daily_activity`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DailyRow {
-    /// Events.
+    /// Events recorded that day.
     pub events: i64,
-    /// Goals completed.
+    /// Goals completed that day.
     pub goals_completed: i64,
     /// Recall cards assessed.
     pub recall_results: i64,
-    /// Exams scored.
+    /// Exams scored that day.
     pub exams_scored: i64,
 }
 

@@ -66,7 +66,7 @@ pub enum RequiredAction {
 /// The goal being taught.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ActiveGoal {
-    /// Localized title.
+    /// The goal's title in the learner's language.
     pub title: String,
     /// Localized teaching text.
     pub teaching: String,
@@ -75,13 +75,13 @@ pub struct ActiveGoal {
 /// Mastered leaf goals out of all.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Progress {
-    /// Mastered leaves.
+    /// Leaf goals mastered so far.
     pub mastered: usize,
-    /// All leaves.
+    /// Leaf goals in the curriculum.
     pub total: usize,
 }
 
-/// Recall facts.
+/// What is due for verified recall now.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecallFacts {
@@ -89,7 +89,7 @@ pub struct RecallFacts {
     pub due_cards: usize,
 }
 
-/// Exam facts.
+/// Whether the exam is released.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ExamFacts {
     /// Whether the exam is released.
@@ -99,9 +99,9 @@ pub struct ExamFacts {
 /// Done against target.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Count {
-    /// Done.
+    /// Goals completed in the period.
     pub done: u32,
-    /// Target.
+    /// Goals the plan asks for in the period.
     pub target: u32,
 }
 
@@ -111,18 +111,18 @@ pub struct Count {
 pub struct PlanStatus {
     /// One factual, localized line (never an instruction).
     pub status_line: String,
-    /// Today.
+    /// The learner's day, in their time zone.
     pub today: Count,
-    /// This week.
+    /// The learner's week, in their time zone.
     pub week: Count,
 }
 
 /// A numbered text of an open workflow.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Item {
-    /// 1-based position.
+    /// The position in the order shown, from 1.
     pub position: usize,
-    /// Localized text.
+    /// The text in the learner's language.
     pub text: String,
 }
 
@@ -130,9 +130,9 @@ pub struct Item {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskItem {
-    /// 1-based position.
+    /// The position in the order shown, from 1.
     pub position: usize,
-    /// Localized prompt.
+    /// The task's prompt in the learner's language.
     pub text: String,
     /// Largest number of points.
     pub max_points: u32,
@@ -144,15 +144,15 @@ pub struct TaskItem {
 pub struct OpenWorkflow {
     /// `verifiedRecall` or `exam`.
     pub kind: &'static str,
-    /// The step.
+    /// The step the workflow stands at.
     pub step: &'static str,
-    /// Recall questions.
+    /// The batch's questions, in the order to show.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub questions: Option<Vec<Item>>,
     /// Released reference answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answers: Option<Vec<Item>>,
-    /// Exam tasks.
+    /// The exam's tasks with their maximum points.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<TaskItem>>,
     /// Released reference solutions.
@@ -176,7 +176,7 @@ pub struct OpenWorkflow {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OptionPayload {
-    /// Opaque token.
+    /// A sealed token naming the choice; copied unchanged.
     pub option_token: String,
 }
 
@@ -185,7 +185,7 @@ pub struct OptionPayload {
 pub struct OptionView {
     /// `goal`, `mode`, `continue`, `locale` or `autopilot`.
     pub kind: &'static str,
-    /// Localized label.
+    /// The option's label in the learner's language.
     pub label: String,
     /// The goal's title (goal options).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,7 +206,7 @@ pub struct OptionView {
     pub choice: OptionChoice,
 }
 
-/// Standing preferences.
+/// The learner's standing preferences (language, autopilot) with their options.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Settings {
     /// Whether autopilot is on.
@@ -233,19 +233,19 @@ pub struct FullContext {
     pub active_goal: Option<ActiveGoal>,
     /// Mastered out of all.
     pub progress: Progress,
-    /// Due cards.
+    /// What is due for verified recall now.
     pub recall: RecallFacts,
-    /// Exam release.
+    /// Whether the exam is released.
     pub exam: ExamFacts,
-    /// Plan status.
+    /// Progress against today's and this week's targets.
     pub plan_status: PlanStatus,
     /// The open workflow.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub open_workflow: Option<OpenWorkflow>,
-    /// Decision-point options.
+    /// The choices of the current decision point.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<OptionView>,
-    /// Standing preferences.
+    /// The learner's standing preferences (language, autopilot) with their options.
     pub settings: Settings,
     /// The one imperative.
     pub required_action: RequiredAction,
@@ -274,11 +274,11 @@ pub struct Facts {
     pub active_goal: Option<ActiveGoal>,
     /// Mastered out of all.
     pub progress: Progress,
-    /// Due cards.
+    /// What is due for verified recall now.
     pub recall: RecallFacts,
-    /// Exam release.
+    /// Whether the exam is released.
     pub exam: ExamFacts,
-    /// Plan status.
+    /// Progress against today's and this week's targets.
     pub plan_status: PlanStatus,
     /// The open workflow (left out where the step result hands its items over itself).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -286,7 +286,7 @@ pub struct Facts {
     /// Decision-point options (left out where the learner must first consent to go on).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<OptionView>,
-    /// Standing preferences.
+    /// The learner's standing preferences (language, autopilot) with their options.
     pub settings: Settings,
 }
 
@@ -315,7 +315,7 @@ pub struct ContextInput<'a> {
     pub state: &'a LearningJourney,
     /// The journey's pack version.
     pub pack: &'a Pack,
-    /// Now.
+    /// The time due cards and plans are computed at.
     pub now: DateTime<Utc>,
     /// The learner's time zone.
     pub tz: Tz,
@@ -528,7 +528,7 @@ fn strip_payloads(options: Option<&mut Value>) {
 pub struct ContextKey {
     /// Path in the result, e.g. `openWorkflow.batchCapability`.
     pub name: &'static str,
-    /// JSON type.
+    /// The key's JSON type.
     #[serde(rename = "type")]
     pub ty: &'static str,
     /// What it means.

@@ -39,7 +39,7 @@ pub enum Stored {
     RecallAnswersReleased,
     /// The assessments of a batch were stored.
     RecallResults {
-        /// Assessments stored.
+        /// How many assessments were stored.
         recorded: usize,
         /// Of which passed.
         passed: usize,
@@ -50,9 +50,9 @@ pub enum Stored {
     ExamSolutionsReleased,
     /// The exam was scored; totals and the pass are the backend's.
     ExamScores {
-        /// Points reached.
+        /// The points reached, summed by the backend.
         total_points: f64,
-        /// Points possible.
+        /// The most points the exam allows.
         max_points: u32,
         /// Whether it passed.
         passed: bool,

@@ -8,9 +8,9 @@ use crate::full_context::RequiredAction;
 /// A language the product speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lang {
-    /// German.
+    /// German (the server default).
     De,
-    /// English.
+    /// English, for every `en` locale.
     En,
 }
 

@@ -103,7 +103,6 @@ pub const VIEWS: &[ViewDef] = &[
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ViewStatus {
-    /// Name.
     pub name: &'static str,
     /// SQL view for direct queries.
     pub sql_view: &'static str,
@@ -116,7 +115,6 @@ pub struct ViewStatus {
 /// A view's rows.
 #[derive(Clone, Debug, Serialize)]
 pub struct Table {
-    /// Column names.
     pub columns: Vec<&'static str>,
     /// Rows, one JSON value per column.
     pub rows: Vec<Vec<Value>>,

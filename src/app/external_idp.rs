@@ -31,13 +31,11 @@ struct Claims {
 pub struct Verified {
     /// The provider's subject.
     pub subject: String,
-    /// Scopes granted.
     pub scopes: Vec<String>,
 }
 
 /// The provider's verifier with its cached keys.
 pub struct ExternalIdp {
-    /// Settings.
     pub settings: ExternalIdpSettings,
     keys: tokio::sync::RwLock<(JwkSet, Option<Instant>)>,
     outbound: std::sync::Arc<super::outbound::Outbound>,

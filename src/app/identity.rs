@@ -42,7 +42,6 @@ impl Role {
 /// Who a bearer token belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Principal {
-    /// Role.
     pub role: Role,
     /// The learner, for learner tokens.
     pub learner_id: Option<String>,

@@ -55,24 +55,19 @@ pub struct RequestIdentity {
 /// One command to run.
 #[derive(Clone, Debug)]
 pub struct CommandRequest {
-    /// The journey.
     pub journey_id: String,
-    /// The command.
     pub command: JourneyCommand,
     /// The version the caller saw; `None` where the version is derived (capabilities).
     pub expected_version: Option<u64>,
-    /// Retry identity.
     pub identity: Option<RequestIdentity>,
     /// The tool or entry point (metadata).
     pub tool: &'static str,
-    /// Who.
     pub actor: Actor,
 }
 
 /// A journey as loaded.
 #[derive(Clone, Debug)]
 pub struct Loaded {
-    /// State.
     pub state: LearningJourney,
     /// Chain hash of the last event (GENESIS for an empty stream).
     pub last_hash: String,

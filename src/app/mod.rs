@@ -27,23 +27,18 @@ use tokens::Keys;
 
 /// The application: shared by every request.
 pub struct App {
-    /// The store.
     pub store: Arc<Store>,
     /// Group commit of audit and view rows.
     pub side: side_writer::SideWriter,
-    /// Installed curricula.
     pub catalog: Catalog,
     /// The injected clock.
     pub clock: Arc<dyn Clock>,
-    /// Settings.
     pub settings: Settings,
-    /// Token keys.
     pub keys: Keys,
     /// The tool registry after the start-up handshake.
     pub registry: Registry,
     /// Serializes this process's analytics projector runs.
     pub projector_lock: tokio::sync::Mutex<()>,
-    /// Prometheus metrics.
     pub metrics: crate::metrics::Metrics,
     /// The last loaded state of recently used journeys, validated against the log on every
     /// load (only the events after it are read); bounded by `Settings::journey_cache`.
@@ -106,7 +101,7 @@ impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
         }
     }
 
-    /// Entries held.
+    /// How many entries the cache holds now.
     pub fn len(&self) -> usize {
         self.0.lock().map(|c| c.len()).unwrap_or(0)
     }

@@ -30,7 +30,6 @@ pub const CODE_TTL_SECS: i64 = 60;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {description}")]
 pub struct OAuthError {
-    /// `error`.
     pub code: &'static str,
     /// `error_description` (never echoes input).
     pub description: &'static str,
@@ -75,7 +74,6 @@ pub struct RegistrationRequest {
     /// Redirect URIs (required).
     #[serde(default)]
     pub redirect_uris: Vec<String>,
-    /// Display name.
     pub client_name: Option<String>,
     /// Requested client authentication at the token endpoint.
     pub token_endpoint_auth_method: Option<String>,
@@ -92,15 +90,12 @@ pub struct Registration {
     pub client_id: String,
     /// When, epoch seconds.
     pub client_id_issued_at: i64,
-    /// Name.
     pub client_name: String,
     /// Redirect URIs, as registered.
     pub redirect_uris: Vec<String>,
     /// Always `none`: every client is public and proves itself with PKCE.
     pub token_endpoint_auth_method: &'static str,
-    /// Grant types.
     pub grant_types: [&'static str; 2],
-    /// Response types.
     pub response_types: [&'static str; 1],
 }
 
@@ -108,7 +103,6 @@ pub struct Registration {
 /// changed between the consent page and the decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuthorizationRequest {
-    /// Client.
     pub client_id: String,
     /// Its display name.
     pub client_name: String,
@@ -116,7 +110,6 @@ pub struct AuthorizationRequest {
     pub redirect_uri: String,
     /// PKCE S256 challenge.
     pub code_challenge: String,
-    /// Granted scope.
     pub scope: String,
     /// The resource (audience).
     pub resource: String,
@@ -138,7 +131,6 @@ pub enum AuthorizeError {
         redirect_uri: String,
         /// The client's state.
         state: Option<String>,
-        /// The error.
         error: OAuthError,
     },
 }
@@ -148,26 +140,21 @@ pub enum AuthorizeError {
 pub struct TokenResponse {
     /// The access token.
     pub access_token: String,
-    /// `Bearer`.
     pub token_type: &'static str,
     /// Seconds until the access token expires.
     pub expires_in: i64,
     /// The next refresh token (the one used is spent).
     pub refresh_token: String,
-    /// Granted scope.
     pub scope: String,
 }
 
 /// What an access token says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccessClaims {
-    /// Issuer.
     pub iss: String,
-    /// The learner.
     pub sub: String,
     /// The resource it is for.
     pub aud: String,
-    /// Space-separated scopes.
     pub scope: String,
     /// The client it was issued to.
     pub client_id: String,

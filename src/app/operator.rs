@@ -33,7 +33,6 @@ pub struct EventFilter {
 /// The first broken link of a chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BrokenLink {
-    /// The journey.
     pub journey_id: String,
     /// The sequence number of the first event that does not verify.
     pub sequence: u64,
@@ -44,9 +43,7 @@ pub struct BrokenLink {
 /// The result of `audit verify`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuditReport {
-    /// Streams checked.
     pub streams: usize,
-    /// Events checked.
     pub events: usize,
     /// The first broken link, if any.
     pub broken: Option<BrokenLink>,
@@ -55,9 +52,7 @@ pub struct AuditReport {
 /// The result of `replay`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplayReport {
-    /// Journeys rebuilt.
     pub journeys: usize,
-    /// Events folded.
     pub events: usize,
     /// Journeys whose live view differs from the rebuilt one (missing, stale or different).
     pub differing: Vec<String>,

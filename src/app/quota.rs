@@ -78,7 +78,6 @@ pub fn verdict(declared: u8, delivered: usize, turns: usize, rejected: usize, pr
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QuotaRow {
-    /// Tool.
     pub tool: String,
     /// Declared share, percent.
     pub declared: Option<u8>,
@@ -88,11 +87,9 @@ pub struct QuotaRow {
     pub processed: usize,
     /// Delivery loss (`delivered − processed`), reported on its own.
     pub delivery_loss: usize,
-    /// Rejected exits.
     pub rejected: usize,
     /// delivered / turns.
     pub measured: Option<f64>,
-    /// The verdict.
     pub verdict: Verdict,
 }
 
@@ -100,9 +97,7 @@ pub struct QuotaRow {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Suspicion {
-    /// Which anti-pattern.
     pub kind: &'static str,
-    /// How often.
     pub count: usize,
 }
 
@@ -114,9 +109,7 @@ pub struct QuotaReport {
     pub turns: usize,
     /// Window size in turns.
     pub window: usize,
-    /// Per tool.
     pub rows: Vec<QuotaRow>,
-    /// Suspected anti-patterns.
     pub suspected: Vec<Suspicion>,
 }
 

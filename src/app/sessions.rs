@@ -36,18 +36,15 @@ pub struct SessionStarted {
     pub session_id: String,
     /// When it expires if the learner stays idle.
     pub expires_at: DateTime<Utc>,
-    /// The curriculum.
     pub pack: Arc<Pack>,
     /// The journey's communication locale.
     pub locale: String,
-    /// Journey.
     pub journey_id: String,
 }
 
 /// A resolved, unexpired session with its journey loaded.
 #[derive(Clone, Debug)]
 pub struct ActiveSession {
-    /// The row.
     pub row: SessionRow,
     /// The learner's time zone.
     pub tz: Tz,

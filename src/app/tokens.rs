@@ -171,11 +171,9 @@ pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
 pub struct OptionClaims {
     /// Session it was published to.
     pub sid: String,
-    /// Journey.
     pub jid: String,
     /// State version it was published at.
     pub ver: u64,
-    /// The choice.
     pub choice: OptionChoice,
     /// Expiry, epoch seconds.
     pub exp: i64,
@@ -184,13 +182,9 @@ pub struct OptionClaims {
 /// What a capability says.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapabilityClaims {
-    /// Session.
     pub sid: String,
-    /// Journey.
     pub jid: String,
-    /// Workflow instance.
     pub inst: u64,
-    /// Step.
     pub step: CapabilityStep,
     /// State version it was issued at.
     pub ver: u64,
@@ -200,15 +194,10 @@ pub struct CapabilityClaims {
 
 /// Seals the tokens of one full context for one session.
 pub struct SessionSealer<'a> {
-    /// Keys.
     pub keys: &'a Keys,
-    /// Session id.
     pub session_id: &'a str,
-    /// Journey id.
     pub journey_id: &'a str,
-    /// Now.
     pub now: DateTime<Utc>,
-    /// Lifetime.
     pub ttl: Duration,
 }
 

@@ -49,7 +49,7 @@ pub struct Cli {
 enum Command {
     /// Run the HTTP service.
     Serve {
-        /// Listen address.
+        /// Address to listen on, HOST:PORT (port 0 picks a free port).
         #[arg(long, env = "SKILLPILOT_ADDR", default_value = "127.0.0.1:8080")]
         addr: String,
         /// The externally visible base URL (start URLs, OAuth metadata).
@@ -101,7 +101,7 @@ enum Command {
     },
     /// Apply the migrations and exit.
     Migrate,
-    /// Manage learners.
+    /// Create, list and revoke learners (and print a new learner's bearer token).
     Learner {
         #[command(subcommand)]
         command: LearnerCommand,
@@ -139,7 +139,7 @@ enum Command {
     },
     /// Print a shell completion script.
     Completions {
-        /// The shell.
+        /// The shell to print the completion script for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -198,7 +198,7 @@ enum Command {
     Analytics {
         /// View name (goal-mastery, recall-outcomes, exam-results, daily-activity, tool-usage).
         name: Option<String>,
-        /// Output format.
+        /// How to print the view: `json` or `csv`.
         #[arg(long, value_enum, default_value = "json")]
         format: OutputFormat,
     },
@@ -230,7 +230,7 @@ enum RegistryCommand {
 enum LearnerCommand {
     /// Create a learner; the last line printed is its bearer token.
     Create {
-        /// Display name.
+        /// A display name for the new learner.
         #[arg(long)]
         name: String,
     },
@@ -247,7 +247,7 @@ enum LearnerCommand {
 enum TokenCommand {
     /// Create a token; the last line printed is the token.
     Create {
-        /// Role.
+        /// Whether the token is for an operator or an analyst.
         #[arg(long, value_enum)]
         role: StaffRole,
     },

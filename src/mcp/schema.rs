@@ -31,7 +31,6 @@ pub const FORBIDDEN_STEMS: &[&str] = &[
 pub enum Text {
     /// An opaque token copied unchanged (≤ 4 KiB, printable ASCII).
     Token,
-    /// A UUID.
     Uuid,
     /// A short identifier copied from a continuation (≤ 128, `[A-Za-z0-9_-]`).
     Ident,
@@ -44,9 +43,7 @@ pub enum Shape {
     Object(Vec<Field>),
     /// An array of items with bounds on its length.
     Array(Box<Shape>, usize, usize),
-    /// A string.
     String(Text),
-    /// `true`/`false`.
     Bool,
     /// A non-negative integer.
     Count,
@@ -59,9 +56,7 @@ pub enum Shape {
 /// A named field.
 #[derive(Clone, Debug)]
 pub struct Field {
-    /// Name.
     pub name: &'static str,
-    /// Shape.
     pub shape: Shape,
     /// Whether it must be present.
     pub required: bool,

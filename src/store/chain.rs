@@ -12,17 +12,12 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// The fields of one stored event that the chain covers.
 pub struct Link<'a> {
-    /// Aggregate type.
     pub aggregate_type: &'a str,
-    /// Aggregate id.
     pub aggregate_id: &'a str,
-    /// Sequence number.
     pub sequence: u64,
-    /// Event type.
     pub event_type: &'a str,
     /// Event schema version.
     pub event_version: &'a str,
-    /// Payload.
     pub payload: &'a Value,
     /// Metadata (its `chainHash` member is ignored).
     pub metadata: &'a Value,

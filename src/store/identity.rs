@@ -10,9 +10,7 @@ use super::{on_pool, Store, StoreError};
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LearnerRow {
-    /// Learner id.
     pub learner_id: String,
-    /// Display name.
     pub name: String,
     /// Created, epoch ms.
     pub created_ms: i64,
@@ -28,7 +26,6 @@ pub struct LearnerRow {
 pub struct TokenRow {
     /// The first 16 hex digits of the token's hash.
     pub token_id: String,
-    /// Role.
     pub role: String,
     /// The learner, for learner tokens.
     pub learner_id: Option<String>,
@@ -42,7 +39,6 @@ pub struct TokenRow {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientRow {
-    /// Client id.
     pub client_id: String,
     /// Its self-chosen name.
     pub client_name: String,

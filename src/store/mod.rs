@@ -105,7 +105,6 @@ pub struct PgStore {
 pub enum Store {
     /// SQLite file, WAL, `synchronous=FULL`.
     Sqlite(SqliteStore),
-    /// PostgreSQL.
     Postgres(PgStore),
 }
 
@@ -216,9 +215,7 @@ pub struct Snapshot {
 pub struct SessionRow {
     /// Opaque session id.
     pub session_id: String,
-    /// Owner.
     pub learner_id: String,
-    /// Journey.
     pub journey_id: String,
     /// IANA time zone.
     pub time_zone: String,
@@ -640,17 +637,14 @@ impl Store {
 /// An audit row as read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuditRow {
-    /// Call id.
     pub call_id: String,
     /// `started` or the exit.
     pub phase: String,
-    /// Tool.
     pub tool: String,
     /// Journey, when known.
     pub journey_id: Option<String>,
     /// Error code of an exit.
     pub code: Option<String>,
-    /// When.
     pub at_ms: i64,
 }
 
@@ -661,7 +655,6 @@ pub enum SideRow {
     Audit(ToolCallRow),
     /// A full-context view row (never moved backwards).
     View {
-        /// Journey.
         journey_id: String,
         /// Version it reflects.
         version: u64,
@@ -689,7 +682,6 @@ pub struct ToolCallRow {
     pub events_appended: i64,
     /// Duration of the call.
     pub duration_ms: Option<i64>,
-    /// When.
     pub at_ms: i64,
 }
 
@@ -737,9 +729,7 @@ impl Store {
 pub struct AuditRun {
     /// When it finished, epoch milliseconds.
     pub finished_ms: i64,
-    /// Streams checked.
     pub streams: i64,
-    /// Events checked.
     pub events: i64,
     /// Whether every chain was intact.
     pub intact: bool,

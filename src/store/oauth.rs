@@ -9,7 +9,6 @@ use super::{on_pool, Store, StoreError};
 /// A registered client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OAuthClient {
-    /// Its id.
     pub client_id: String,
     /// Display name for the consent page.
     pub client_name: String,
@@ -20,7 +19,6 @@ pub struct OAuthClient {
 /// What an authorization code was issued for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodeGrant {
-    /// Client.
     pub client_id: String,
     /// The learner who consented.
     pub learner_id: String,
@@ -41,13 +39,9 @@ pub struct CodeGrant {
 pub struct RefreshGrant {
     /// The rotation family (all tokens descending from one authorization code).
     pub family_id: String,
-    /// Client.
     pub client_id: String,
-    /// Learner.
     pub learner_id: String,
-    /// Scope.
     pub scope: String,
-    /// Resource.
     pub resource: String,
     /// Expiry, epoch milliseconds.
     pub expires_ms: i64,

@@ -351,10 +351,7 @@ impl Store {
 /// The type of an analyst view column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ColumnKind {
-    /// Text.
     Text,
-    /// 64-bit integer.
     Integer,
-    /// Double.
     Real,
 }

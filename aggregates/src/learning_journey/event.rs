@@ -18,29 +18,29 @@ pub const EVENT_VERSION: &str = "1";
 pub enum JourneyEvent {
     /// The journey began on a pack version, in a communication locale.
     JourneyStarted {
-        /// Curriculum id.
+        /// The curriculum the journey follows.
         curriculum_id: String,
         /// The pack version the journey keeps.
         pack_version: u32,
-        /// Communication locale.
+        /// The language the coach speaks with the learner (a BCP 47 tag).
         locale: String,
         /// The rule numbers in force for this journey.
         rules: Rules,
         /// The leaf goals, in curriculum order.
         goals: Vec<String>,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// A goal became the active goal; it is taught next.
     GoalActivated {
-        /// The goal.
+        /// The goal's id in the journey's pack.
         goal_id: String,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// The active goal was completed and mastered.
     GoalCompleted {
-        /// The goal.
+        /// The goal's id in the journey's pack.
         goal_id: String,
         /// The evidence the coach reported.
         evidence: Evidence,
@@ -48,28 +48,28 @@ pub enum JourneyEvent {
         mastery: f64,
         /// The goal's recall cards, due for their first verified recall at once.
         cards: Vec<String>,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// The next step after a decision point was decided.
     NextStepDecided {
-        /// The step.
+        /// The step the policy decided on.
         step: NextStep,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// The communication locale changed.
     LocaleChanged {
         /// The new locale.
         locale: String,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// Autopilot was switched.
     AutopilotChanged {
         /// On or off.
         enabled: bool,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// A verified-recall batch was chosen and shown.
@@ -78,14 +78,14 @@ pub enum JourneyEvent {
         instance: u64,
         /// The cards, in the order shown.
         cards: Vec<String>,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// The reference answers of the open batch were released.
     RecallAnswersReleased {
         /// The workflow instance.
         instance: u64,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// The assessments of a batch were stored, with the computed memory and mastery.
@@ -94,21 +94,21 @@ pub enum JourneyEvent {
         instance: u64,
         /// One outcome per card, in the order shown.
         results: Vec<RecallOutcome>,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// An exam attempt began.
     ExamStarted {
         /// The workflow instance.
         instance: u64,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// The reference solutions of the open exam were released.
     ExamSolutionsReleased {
         /// The workflow instance.
         instance: u64,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
     /// The exam was scored.
@@ -117,13 +117,13 @@ pub enum JourneyEvent {
         instance: u64,
         /// Points per task, in the order shown.
         points: Vec<f64>,
-        /// The total.
+        /// The points reached, summed by the backend.
         total_points: f64,
         /// The largest possible total.
         max_points: u32,
         /// Whether the pass mark was reached.
         passed: bool,
-        /// When.
+        /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
 }
@@ -132,9 +132,9 @@ pub enum JourneyEvent {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecallOutcome {
-    /// The card.
+    /// The recall card's id in the pack.
     pub card_id: String,
-    /// Its goal.
+    /// The goal the card belongs to.
     pub goal_id: String,
     /// The coach's judgement.
     pub passed: bool,

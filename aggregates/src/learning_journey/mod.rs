@@ -1,7 +1,7 @@
 //! The LearningJourney aggregate: one learner on one curriculum. It owns the locale, the
 //! active goal, per-goal mastery, recall memory, the open workflow with its step, the decided
 //! next step (which makes the published option set a function of the state), plan progress and
-//! the autopilot flag. Every business rule of docs/domain.md and the next-step policy of §5.2c lives
+//! the autopilot flag. Every business rule of docs/domain.md (the next-step policy included) lives
 //! here or in the pure helpers beside it; `handle` reads no clock and does no I/O — the time
 //! and the pack come in through [`JourneyServices`].
 
@@ -62,23 +62,23 @@ pub enum Mode {
 pub enum OptionChoice {
     /// Which goal next.
     Goal {
-        /// The goal.
+        /// The goal's id in the journey's pack.
         #[serde(rename = "goalId")]
         goal_id: String,
     },
     /// Which mode next.
     Mode {
-        /// The mode.
+        /// Learn a new goal, or check the due cards first.
         mode: Mode,
     },
     /// Present the pre-selected successor.
     Continue,
     /// Switch the communication locale.
     Locale {
-        /// The locale.
+        /// The language to switch the conversation to.
         locale: String,
     },
-    /// Switch autopilot.
+    /// Turn the learner's delegation of choices on or off.
     Autopilot {
         /// On or off.
         autopilot: bool,
@@ -96,7 +96,7 @@ impl OptionChoice {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "camelCase")]
 pub enum NextStep {
-    /// Not started.
+    /// Not taught yet.
     #[default]
     None,
     /// Teach the active goal.
@@ -128,9 +128,9 @@ pub enum GoalStatus {
     Locked,
     /// On the frontier.
     Available,
-    /// Being taught.
+    /// Activated and being taught now.
     Active,
-    /// Mastered.
+    /// Completed, with mastery at or above the threshold.
     Mastered,
 }
 
@@ -190,14 +190,14 @@ pub enum Workflow {
         instance: u64,
         /// Cards in the shown order.
         cards: Vec<String>,
-        /// Current step.
+        /// The step of the workflow that comes next.
         step: RecallStep,
     },
     /// An exam attempt.
     Exam {
         /// Instance id: the sequence number of the event that opened it.
         instance: u64,
-        /// Current step.
+        /// The step of the workflow that comes next.
         step: ExamStep,
     },
 }
@@ -217,7 +217,7 @@ impl Workflow {
 pub struct ExamAttempt {
     /// Points per task.
     pub points: Vec<f64>,
-    /// Total points.
+    /// The points reached, summed by the backend.
     pub total_points: f64,
     /// Largest possible total.
     pub max_points: u32,
@@ -231,7 +231,7 @@ pub struct ExamAttempt {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JourneyInfo {
-    /// Curriculum id.
+    /// The curriculum the journey follows.
     pub curriculum_id: String,
     /// Pack version the journey keeps.
     pub pack_version: u32,
@@ -248,9 +248,9 @@ pub struct LearningJourney {
     pub version: u64,
     /// Set once started.
     pub info: Option<JourneyInfo>,
-    /// Communication locale.
+    /// The language the coach speaks with the learner (a BCP 47 tag).
     pub locale: String,
-    /// Autopilot preference.
+    /// Whether the learner delegated the choice between sensible next steps.
     pub autopilot: bool,
     /// Focus: a parent goal limiting the frontier, or the whole curriculum.
     pub focus: Option<String>,
@@ -268,7 +268,7 @@ pub struct LearningJourney {
     pub next: NextStep,
     /// When goals were completed (for the plan status).
     pub completions: Vec<DateTime<Utc>>,
-    /// Exam attempts.
+    /// Every exam attempt, scored or open, oldest first.
     pub exam_attempts: Vec<ExamAttempt>,
     /// Time of the last event.
     pub last_event_at: Option<DateTime<Utc>>,
@@ -298,7 +298,7 @@ pub struct JourneyServices {
     pub pack: Arc<Pack>,
     /// Now, from the injected clock.
     pub now: DateTime<Utc>,
-    /// Reachable workflows.
+    /// Which workflows the registered tools can run now.
     pub features: Features,
 }
 

@@ -43,25 +43,15 @@ pub const WIDGET_URI: &str = "ui://skillpilot/goal-picture.html";
 /// Every tool the service ships, in the order `tools/list` shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Tool {
-    /// `get_skillpilot_learning_context`.
     LearningContext,
-    /// `choose_skillpilot_option`.
     ChooseOption,
-    /// `complete_skillpilot_goal`.
     CompleteGoal,
-    /// `start_skillpilot_verified_recall`.
     StartRecall,
-    /// `get_skillpilot_verified_recall_answers`.
     RecallAnswers,
-    /// `record_skillpilot_verified_recall_results`.
     RecallResults,
-    /// `start_skillpilot_exam`.
     StartExam,
-    /// `get_skillpilot_exam_solutions`.
     ExamSolutions,
-    /// `record_skillpilot_exam_scores`.
     ExamScores,
-    /// `render_skillpilot_goal_visualization`.
     RenderPicture,
 }
 
@@ -130,7 +120,6 @@ impl Tool {
 pub struct ToolDef {
     /// Name, kind, role and registration, as handed to the registry.
     pub meta: ToolMeta,
-    /// Human title.
     pub title: &'static str,
     /// Whether an exact repeat has no further effect.
     pub idempotent: bool,
@@ -326,7 +315,6 @@ impl Call<'_> {
 
 /// Why a call failed, in the learner's language where the session was known.
 pub struct Failure {
-    /// The error.
     pub error: AppError,
     /// The locale its texts are written in.
     pub locale: String,

@@ -17,11 +17,9 @@ use crate::error::AppError;
 /// What a handler produced: the structured result, a short summary, widget data, and what
 /// the audit records.
 pub struct ToolOutput {
-    /// `structuredContent`.
     pub structured: Structured,
     /// The one-line localized summary for `content`.
     pub summary: &'static str,
-    /// Widget-private `_meta`.
     pub meta: Option<Value>,
     /// Events appended by this call.
     pub events_appended: usize,
@@ -38,12 +36,7 @@ pub enum Structured {
     /// A step result: receipt, facts, one continuation.
     Step(Box<StepResult>),
     /// The picture was handed to the widget.
-    Rendered {
-        /// Always `completed`.
-        outcome: &'static str,
-        /// Always true.
-        rendered: bool,
-    },
+    Rendered { outcome: &'static str, rendered: bool },
 }
 
 impl Structured {
