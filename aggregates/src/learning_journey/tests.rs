@@ -7,6 +7,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 use proptest::prelude::*;
 
+use cqrs_es::Aggregate;
+
 use super::*;
 use crate::curriculum::Pack;
 
