@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sqlx::Row;
 
-use super::{on_pool, Store, StoreError, ViewTable};
+use super::{on_pool, on_writer, Store, StoreError, ViewTable};
 use crate::canonical::canonical;
 use crate::store::chain::GENESIS;
 
@@ -81,9 +81,8 @@ impl Store {
 
     /// Appends a checkpoint of `heads`, chained to the newest one.
     pub async fn record_checkpoint(&self, at_ms: i64, heads: &Heads) -> Result<Checkpoint, StoreError> {
-        let _turn = self.write_turn().await;
         let text = serde_json::to_string(heads).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             let mut tx = pool.begin().await?;
             let last = sqlx::query("SELECT seq, hash FROM chain_checkpoints ORDER BY seq DESC LIMIT 1").fetch_optional(&mut *tx).await?;
             let (seq, prev_hash) = match last {

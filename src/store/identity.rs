@@ -4,7 +4,7 @@
 
 use sqlx::Row;
 
-use super::{on_pool, Store, StoreError};
+use super::{on_pool, on_writer, Store, StoreError};
 
 /// A learner as the operator sees it (never a token).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -99,8 +99,7 @@ impl Store {
     /// Revokes a learner with its tokens, refresh tokens and web sessions, in one transaction.
     /// Returns false when there is no such learner (or it was revoked already).
     pub async fn revoke_learner(&self, learner_id: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             let mut tx = pool.begin().await?;
             let n = sqlx::query("UPDATE learners SET revoked_ms = $2 WHERE learner_id = $1 AND revoked_ms IS NULL")
                 .bind(learner_id).bind(now_ms).execute(&mut *tx).await?.rows_affected();
@@ -152,9 +151,8 @@ impl Store {
     /// Revokes the token whose hash starts with `token_id` (exactly [`TOKEN_ID_LEN`] hex digits).
     /// Returns the full hash of the revoked token, or None when none (still active) matches.
     pub async fn revoke_token(&self, token_id: &str, now_ms: i64) -> Result<Option<String>, StoreError> {
-        let _turn = self.write_turn().await;
         let pattern = format!("{token_id}%");
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             let mut tx = pool.begin().await?;
             let hashes: Vec<String> = sqlx::query_scalar("SELECT token_hash FROM tokens WHERE token_hash LIKE $1 AND revoked_ms IS NULL")
                 .bind(&pattern).fetch_all(&mut *tx).await?;
@@ -195,8 +193,7 @@ impl Store {
     /// Revokes an OAuth client and every refresh token issued to it, in one transaction.
     /// Returns false when there is no such (active) client.
     pub async fn revoke_oauth_client(&self, client_id: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             let mut tx = pool.begin().await?;
             let n = sqlx::query("UPDATE oauth_clients SET revoked_ms = $2 WHERE client_id = $1 AND revoked_ms IS NULL")
                 .bind(client_id).bind(now_ms).execute(&mut *tx).await?.rows_affected();
@@ -213,8 +210,7 @@ impl Store {
     /// Deletes registered clients created before `before_ms` that never completed an
     /// authorization (no code, no refresh token was ever issued to them). Returns how many.
     pub async fn delete_unused_oauth_clients(&self, before_ms: i64) -> Result<u64, StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             let n = sqlx::query(
                 "DELETE FROM oauth_clients WHERE created_ms < $1 \
                  AND NOT EXISTS (SELECT 1 FROM oauth_codes c WHERE c.client_id = oauth_clients.client_id) \
@@ -246,8 +242,7 @@ impl Store {
         now_ms: i64,
         expires_ms: i64,
     ) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             sqlx::query("INSERT INTO web_sessions (session_id, role, learner_id, created_ms, expires_ms) VALUES ($1, $2, $3, $4, $5)")
                 .bind(session_id).bind(role).bind(learner_id).bind(now_ms).bind(expires_ms)
                 .execute(pool).await?;
@@ -269,8 +264,7 @@ impl Store {
 
     /// Ends a web session (sign-out).
     pub async fn end_web_session(&self, session_id: &str, now_ms: i64) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             sqlx::query("UPDATE web_sessions SET ended_ms = $2 WHERE session_id = $1 AND ended_ms IS NULL")
                 .bind(session_id).bind(now_ms).execute(pool).await?;
             Ok(())
@@ -279,8 +273,7 @@ impl Store {
 
     /// Records an operator action.
     pub async fn record_operator_action(&self, action: &OperatorAction) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             sqlx::query("INSERT INTO operator_actions (action_id, at_ms, actor, action, target) VALUES ($1, $2, $3, $4, $5)")
                 .bind(uuid::Uuid::new_v4().to_string()).bind(action.at_ms).bind(&action.actor).bind(&action.action).bind(&action.target)
                 .execute(pool).await?;
@@ -297,6 +290,149 @@ impl Store {
                 .map(|r| Ok(OperatorAction { at_ms: r.try_get("at_ms")?, actor: r.try_get("actor")?, action: r.try_get("action")?, target: r.try_get("target")? }))
                 .collect::<Result<_, sqlx::Error>>()
                 .map_err(StoreError::from)
+        })
+    }
+}
+
+/// A learner's learning session row.
+#[derive(Clone, Debug)]
+pub struct SessionRow {
+    /// Opaque session id.
+    pub session_id: String,
+    pub learner_id: String,
+    pub journey_id: String,
+    /// IANA time zone.
+    pub time_zone: String,
+    /// Start, epoch milliseconds.
+    pub started_ms: i64,
+}
+
+fn session_row<R: Row>(r: &R) -> Result<SessionRow, sqlx::Error>
+where
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    Ok(SessionRow {
+        session_id: r.try_get("session_id")?,
+        learner_id: r.try_get("learner_id")?,
+        journey_id: r.try_get("journey_id")?,
+        time_zone: r.try_get("time_zone")?,
+        started_ms: r.try_get("started_ms")?,
+    })
+}
+
+impl Store {
+    /// Creates a learner and returns its id.
+    pub async fn create_learner(&self, learner_id: &str, name: &str, now_ms: i64) -> Result<(), StoreError> {
+        on_writer!(self, pool => {
+            sqlx::query("INSERT INTO learners (learner_id, name, created_ms) VALUES ($1, $2, $3)")
+                .bind(learner_id)
+                .bind(name)
+                .bind(now_ms)
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// Stores a bearer token's hash with its role.
+    pub async fn insert_token(&self, token_hash: &str, role: &str, learner_id: Option<&str>, now_ms: i64) -> Result<(), StoreError> {
+        on_writer!(self, pool => {
+            sqlx::query("INSERT INTO tokens (token_hash, role, learner_id, created_ms) VALUES ($1, $2, $3, $4)")
+                .bind(token_hash)
+                .bind(role)
+                .bind(learner_id)
+                .bind(now_ms)
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// The role and learner of a token hash.
+    pub async fn token(&self, token_hash: &str) -> Result<Option<(String, Option<String>)>, StoreError> {
+        on_pool!(self, pool => {
+            // A revoked token, or any token of a revoked learner, is unknown.
+            let row = sqlx::query(
+                "SELECT t.role, t.learner_id FROM tokens t LEFT JOIN learners l ON l.learner_id = t.learner_id \
+                 WHERE t.token_hash = $1 AND t.revoked_ms IS NULL AND l.revoked_ms IS NULL",
+            )
+            .bind(token_hash)
+            .fetch_optional(pool)
+            .await?;
+            match row {
+                None => Ok(None),
+                Some(r) => Ok(Some((r.try_get("role")?, r.try_get("learner_id")?))),
+            }
+        })
+    }
+
+    /// The learner's journey on a curriculum, created with `new_id` if there is none yet.
+    /// Returns the id and whether it was created now.
+    pub async fn journey_for(
+        &self,
+        learner_id: &str,
+        curriculum_id: &str,
+        new_id: &str,
+        now_ms: i64,
+    ) -> Result<(String, bool), StoreError> {
+        on_writer!(self, pool => {
+            let inserted = sqlx::query(
+                "INSERT INTO journeys (journey_id, learner_id, curriculum_id, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (learner_id, curriculum_id) DO NOTHING",
+            )
+            .bind(new_id)
+            .bind(learner_id)
+            .bind(curriculum_id)
+            .bind(now_ms)
+            .execute(pool)
+            .await?
+            .rows_affected();
+            let row = sqlx::query("SELECT journey_id FROM journeys WHERE learner_id = $1 AND curriculum_id = $2")
+                .bind(learner_id)
+                .bind(curriculum_id)
+                .fetch_one(pool)
+                .await?;
+            Ok((row.try_get("journey_id")?, inserted == 1))
+        })
+    }
+
+    /// Records a learning session.
+    pub async fn insert_session(&self, s: &SessionRow) -> Result<(), StoreError> {
+        on_writer!(self, pool => {
+            sqlx::query("INSERT INTO learning_sessions (session_id, learner_id, journey_id, time_zone, started_ms) VALUES ($1, $2, $3, $4, $5)")
+                .bind(&s.session_id)
+                .bind(&s.learner_id)
+                .bind(&s.journey_id)
+                .bind(&s.time_zone)
+                .bind(s.started_ms)
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// The learner's most recently started session.
+    pub async fn latest_session(&self, learner_id: &str) -> Result<Option<SessionRow>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query(
+                "SELECT session_id, learner_id, journey_id, time_zone, started_ms FROM learning_sessions WHERE learner_id = $1 ORDER BY started_ms DESC, session_id DESC LIMIT 1",
+            )
+            .bind(learner_id)
+            .fetch_optional(pool)
+            .await?;
+            row.map(|r| session_row(&r)).transpose().map_err(StoreError::from)
+        })
+    }
+
+    /// A session by id.
+    pub async fn session(&self, session_id: &str) -> Result<Option<SessionRow>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query("SELECT session_id, learner_id, journey_id, time_zone, started_ms FROM learning_sessions WHERE session_id = $1")
+                .bind(session_id)
+                .fetch_optional(pool)
+                .await?;
+            row.map(|r| session_row(&r)).transpose().map_err(StoreError::from)
         })
     }
 }

@@ -4,7 +4,7 @@
 
 use sqlx::Row;
 
-use super::{on_pool, Store, StoreError};
+use super::{on_pool, on_writer, Store, StoreError};
 
 /// A registered client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,8 +51,7 @@ impl Store {
     /// Registers a client.
     pub async fn insert_oauth_client(&self, client: &OAuthClient, now_ms: i64) -> Result<(), StoreError> {
         let uris = serde_json::to_string(&client.redirect_uris).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             sqlx::query("INSERT INTO oauth_clients (client_id, client_name, redirect_uris, created_ms) VALUES ($1, $2, $3, $4)")
                 .bind(&client.client_id)
                 .bind(&client.client_name)
@@ -67,8 +66,7 @@ impl Store {
     /// Stores or refreshes a client known by its metadata document (its id is the document's URL).
     pub async fn upsert_oauth_client(&self, client: &OAuthClient, now_ms: i64) -> Result<(), StoreError> {
         let uris = serde_json::to_string(&client.redirect_uris).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             sqlx::query(
                 "INSERT INTO oauth_clients (client_id, client_name, redirect_uris, created_ms) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (client_id) DO UPDATE SET client_name = excluded.client_name, redirect_uris = excluded.redirect_uris",
@@ -102,8 +100,7 @@ impl Store {
 
     /// Stores an authorization code (by hash).
     pub async fn insert_oauth_code(&self, code_hash: &str, grant: &CodeGrant) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             sqlx::query(
                 "INSERT INTO oauth_codes (code_hash, client_id, learner_id, redirect_uri, code_challenge, scope, resource, expires_ms)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -155,16 +152,14 @@ impl Store {
 
     /// Runs a conditional "mark used" update; true when this call was the one that changed it.
     async fn spend_once(&self, sql: &str, hash: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             Ok(sqlx::query(sql).bind(hash).bind(now_ms).execute(pool).await?.rows_affected() == 1)
         })
     }
 
     /// Stores a refresh token (by hash).
     pub async fn insert_refresh_token(&self, token_hash: &str, grant: &RefreshGrant) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             sqlx::query(
                 "INSERT INTO oauth_refresh_tokens (token_hash, family_id, client_id, learner_id, scope, resource, expires_ms)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -220,8 +215,7 @@ impl Store {
 
     /// Revokes every refresh token of a family (a replayed code or refresh token).
     pub async fn revoke_refresh_family(&self, family_id: &str, now_ms: i64) -> Result<u64, StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             Ok(sqlx::query("UPDATE oauth_refresh_tokens SET revoked_ms = $2 WHERE family_id = $1 AND revoked_ms IS NULL")
                 .bind(family_id)
                 .bind(now_ms)
@@ -237,38 +231,48 @@ impl Store {
     /// (concurrent first requests agree on one).
     pub async fn learner_for_subject(&self, issuer: &str, subject: &str, now_ms: i64) -> Result<String, StoreError> {
         let find = "SELECT learner_id FROM oauth_subjects WHERE issuer = $1 AND subject = $2";
-        on_pool!(self, pool => {
-            if let Some(row) = sqlx::query(find).bind(issuer).bind(subject).fetch_optional(pool).await? {
-                return Ok(row.try_get("learner_id")?);
-            }
-            let learner_id = uuid::Uuid::new_v4().to_string();
-            {
-                let _turn = self.write_turn().await;
-                let mut tx = pool.begin().await?;
-                sqlx::query("INSERT INTO learners (learner_id, name, created_ms) VALUES ($1, $2, $3)")
-                    .bind(&learner_id)
-                    .bind("external learner")
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                let inserted = sqlx::query(
-                    "INSERT INTO oauth_subjects (issuer, subject, learner_id, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (issuer, subject) DO NOTHING",
-                )
-                .bind(issuer)
-                .bind(subject)
+        let mapped = || async {
+            on_pool!(self, pool => {
+                match sqlx::query(find).bind(issuer).bind(subject).fetch_optional(pool).await? {
+                    Some(row) => Ok::<_, StoreError>(Some(row.try_get::<String, _>("learner_id")?)),
+                    None => Ok(None),
+                }
+            })
+        };
+        if let Some(learner_id) = mapped().await? {
+            return Ok(learner_id);
+        }
+        let learner_id = uuid::Uuid::new_v4().to_string();
+        let created = on_writer!(self, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("INSERT INTO learners (learner_id, name, created_ms) VALUES ($1, $2, $3)")
                 .bind(&learner_id)
+                .bind("external learner")
                 .bind(now_ms)
                 .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if inserted == 1 {
-                    tx.commit().await?;
-                    return Ok(learner_id);
-                }
+                .await?;
+            let inserted = sqlx::query(
+                "INSERT INTO oauth_subjects (issuer, subject, learner_id, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (issuer, subject) DO NOTHING",
+            )
+            .bind(issuer)
+            .bind(subject)
+            .bind(&learner_id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                tx.commit().await?;
+                true
+            } else {
                 tx.rollback().await?;
+                false
             }
-            let row = sqlx::query(find).bind(issuer).bind(subject).fetch_one(pool).await?;
-            Ok(row.try_get("learner_id")?)
-        })
+        });
+        if created {
+            return Ok(learner_id);
+        }
+        // Another request mapped the subject first: its learner is the one.
+        mapped().await?.ok_or(StoreError::Conflict)
     }
 }

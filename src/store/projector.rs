@@ -7,7 +7,7 @@
 use projections::analytics::{Change, Tables};
 use sqlx::Row;
 
-use super::{on_pool, row_to_event, Store, StoreError, StoredEvent, EVENT_COLUMNS};
+use super::{on_pool, on_writer, row_to_event, Store, StoreError, StoredEvent, EVENT_COLUMNS};
 
 /// Where a projector stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -179,8 +179,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let events_sql = self.batch_sql();
         let until = Checkpoint::END;
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             let mut tx = pool.begin().await?;
             if matches!(self, Store::Postgres(_)) {
                 // Another process's projector holds the checkpoint row for a batch at most; one
@@ -251,8 +250,7 @@ impl Store {
     /// checkpoint, in one transaction.
     pub async fn write_shadow(&self, projector: &str, tables: &Tables, at: Checkpoint) -> Result<(), StoreError> {
         let prefix = Target::Shadow.prefix();
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             let mut tx = pool.begin().await?;
             for (table, _) in ANALYTIC_TABLES {
                 sqlx::query(&format!("DELETE FROM analytics_shadow_{table}")).execute(&mut *tx).await?;
@@ -292,8 +290,7 @@ impl Store {
 
     /// Puts the shadow analytics live, with the replay projector's position as the live one's.
     pub async fn swap_in_shadow_analytics(&self, live: &str, replay: &str) -> Result<(), StoreError> {
-        let _turn = self.write_turn().await;
-        on_pool!(self, pool => {
+        on_writer!(self, pool => {
             let mut tx = pool.begin().await?;
             for (table, cols) in ANALYTIC_TABLES {
                 sqlx::query(&format!("DELETE FROM analytics_{table}")).execute(&mut *tx).await?;

@@ -1,0 +1,181 @@
+//! The tool-call audit (a `started` row and exactly one exit per call), the side writer's
+//! group-committed rows, and the record of `audit verify` runs.
+
+use serde_json::Value;
+
+use sqlx::Row;
+
+use super::{i64_of, on_pool, on_writer, Store, StoreError};
+
+/// An audit row as read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditRow {
+    pub call_id: String,
+    /// `started` or the exit.
+    pub phase: String,
+    pub tool: String,
+    /// Journey, when known.
+    pub journey_id: Option<String>,
+    /// Error code of an exit.
+    pub code: Option<String>,
+    pub at_ms: i64,
+}
+
+/// A row written after a call.
+#[derive(Clone, Debug)]
+pub enum SideRow {
+    /// A tool-call audit row.
+    Audit(ToolCallRow),
+    /// A full-context view row (never moved backwards).
+    View {
+        journey_id: String,
+        /// Version it reflects.
+        version: u64,
+        /// The persisted view.
+        payload: Value,
+    },
+}
+
+/// One row of the tool-call audit.
+#[derive(Clone, Debug)]
+pub struct ToolCallRow {
+    /// Call id (one per tool call).
+    pub call_id: String,
+    /// `started`, or the exit.
+    pub phase: &'static str,
+    /// `handler` or `dispatcher`.
+    pub writer: &'static str,
+    /// Tool name (or `unknown`).
+    pub tool: String,
+    /// The journey, once known.
+    pub journey_id: Option<String>,
+    /// The error code of an exit.
+    pub code: Option<&'static str>,
+    /// Events the call appended.
+    pub events_appended: i64,
+    /// Duration of the call.
+    pub duration_ms: Option<i64>,
+    pub at_ms: i64,
+}
+
+/// One recorded `audit verify` run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRun {
+    /// When it finished, epoch milliseconds.
+    pub finished_ms: i64,
+    pub streams: i64,
+    pub events: i64,
+    /// Whether every chain was intact.
+    pub intact: bool,
+    /// The first broken link (`journey sequence: problem`).
+    pub broken_at: Option<String>,
+}
+
+impl Store {
+    /// The most recent audit rows (at most `limit`), oldest first, for the quota reconciliation.
+    pub async fn tool_call_log(&self, limit: i64) -> Result<Vec<AuditRow>, StoreError> {
+        on_pool!(self, pool => {
+            let rows = sqlx::query(
+                "SELECT call_id, phase, tool, journey_id, code, at_ms FROM (SELECT * FROM tool_calls ORDER BY at_ms DESC LIMIT $1) recent ORDER BY at_ms, call_id",
+            )
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(AuditRow {
+                        call_id: r.try_get("call_id")?,
+                        phase: r.try_get("phase")?,
+                        tool: r.try_get("tool")?,
+                        journey_id: r.try_get("journey_id")?,
+                        code: r.try_get("code")?,
+                        at_ms: r.try_get("at_ms")?,
+                    })
+                })
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+                .map_err(StoreError::from)
+        })
+    }
+
+    /// Audit rows as (tool, phase, writer, code), oldest first (for tests and reports).
+    pub async fn tool_calls(&self) -> Result<Vec<(String, String, String, Option<String>)>, StoreError> {
+        on_pool!(self, pool => {
+            let rows = sqlx::query("SELECT tool, phase, writer, code FROM tool_calls ORDER BY at_ms, call_id, phase DESC").fetch_all(pool).await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get("tool")?, r.try_get("phase")?, r.try_get("writer")?, r.try_get("code")?)))
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+                .map_err(StoreError::from)
+        })
+    }
+
+    /// Records an audit run.
+    pub async fn record_audit_run(&self, run: &AuditRun) -> Result<(), StoreError> {
+        on_writer!(self, pool => {
+            sqlx::query("INSERT INTO audit_runs (run_id, finished_ms, streams, events, intact, broken_at) VALUES ($1, $2, $3, $4, $5, $6)")
+                .bind(uuid::Uuid::new_v4().to_string())
+                .bind(run.finished_ms)
+                .bind(run.streams)
+                .bind(run.events)
+                .bind(i64::from(run.intact))
+                .bind(run.broken_at.as_deref())
+                .execute(pool)
+                .await?;
+            Ok(())
+        })
+    }
+
+    /// The latest audit run.
+    pub async fn last_audit_run(&self) -> Result<Option<AuditRun>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query("SELECT finished_ms, streams, events, intact, broken_at FROM audit_runs ORDER BY finished_ms DESC LIMIT 1").fetch_optional(pool).await?;
+            row.map(|r| -> Result<AuditRun, sqlx::Error> {
+                Ok(AuditRun {
+                    finished_ms: r.try_get("finished_ms")?,
+                    streams: r.try_get("streams")?,
+                    events: r.try_get("events")?,
+                    intact: r.try_get::<i64, _>("intact")? != 0,
+                    broken_at: r.try_get("broken_at")?,
+                })
+            })
+            .transpose()
+            .map_err(StoreError::from)
+        })
+    }
+
+    /// Writes audit and view rows in one transaction (the side writer's group commit).
+    pub async fn write_side_rows(&self, rows: &[SideRow]) -> Result<(), StoreError> {
+        let view_sql = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
+             ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
+             WHERE journey_context_view.version < excluded.version";
+        on_writer!(self, pool => {
+            let mut tx = pool.begin().await?;
+            for row in rows {
+                match row {
+                    SideRow::Audit(a) => {
+                        sqlx::query(
+                            "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+                        )
+                        .bind(&a.call_id)
+                        .bind(a.phase)
+                        .bind(a.writer)
+                        .bind(&a.tool)
+                        .bind(a.journey_id.as_deref())
+                        .bind(a.code)
+                        .bind(a.events_appended)
+                        .bind(a.duration_ms)
+                        .bind(a.at_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    SideRow::View { journey_id, version, payload } => {
+                        sqlx::query(view_sql).bind(journey_id).bind(i64_of(*version)).bind(payload.to_string()).execute(&mut *tx).await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+}

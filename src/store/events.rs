@@ -1,0 +1,119 @@
+//! The event table through the store crates' repositories: appending a commit (one
+//! transaction; a taken sequence number is a conflict), reading a stream's tail, a commit by
+//! its request id, scanning every stream and the heads of all streams.
+
+use aggregates::learning_journey::LearningJourney;
+use cqrs_es::persist::{PersistedEventRepository, SerializedEvent};
+use cqrs_es::Aggregate;
+use serde_json::Value;
+use sqlx::Row;
+
+use super::{i64_of, on_pool, Store, StoreError};
+
+/// An event as stored, with its metadata.
+pub type StoredEvent = SerializedEvent;
+
+pub(crate) const EVENT_COLUMNS: &str = "aggregate_type, aggregate_id, sequence, event_type, event_version, CAST(payload AS TEXT) AS payload, CAST(metadata AS TEXT) AS metadata";
+
+pub(crate) fn row_to_event<R: Row>(row: &R) -> Result<StoredEvent, StoreError>
+where
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+{
+    let json = |col: &str| -> Result<Value, StoreError> {
+        let text: String = row.try_get(col).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+    };
+    let get = |col: &str| -> Result<String, StoreError> { row.try_get(col).map_err(|e| StoreError::Corrupt(e.to_string())) };
+    let sequence: i64 = row.try_get("sequence").map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(SerializedEvent {
+        aggregate_id: get("aggregate_id")?,
+        sequence: usize::try_from(sequence).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        aggregate_type: get("aggregate_type")?,
+        event_type: get("event_type")?,
+        event_version: get("event_version")?,
+        payload: json("payload")?,
+        metadata: json("metadata")?,
+    })
+}
+
+impl Store {
+    /// Appends the events of one commit in one transaction of the store crate. A sequence
+    /// number another writer took first gives [`StoreError::Conflict`].
+    pub async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError> {
+        match self {
+            Self::Sqlite(s) => {
+                let _turn = s.writer.lock().await;
+                s.repo.persist::<LearningJourney>(events, None).await?
+            }
+            Self::Postgres(s) => s.repo.persist::<LearningJourney>(events, None).await?,
+        }
+        Ok(())
+    }
+
+    /// Events of a journey after `after` (0 for all), in order.
+    pub async fn events_after(&self, journey_id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        let events = match self {
+            Self::Sqlite(s) => s.repo.get_last_events::<LearningJourney>(journey_id, after as usize).await?,
+            Self::Postgres(s) => s.repo.get_last_events::<LearningJourney>(journey_id, after as usize).await?,
+        };
+        Ok(events)
+    }
+
+    /// Events of a journey up to and including `upto`, in order.
+    pub async fn events_upto(&self, journey_id: &str, upto: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence <= $3 ORDER BY sequence"
+        );
+        on_pool!(self, pool => {
+            let rows = sqlx::query(&sql).bind(LearningJourney::TYPE).bind(journey_id).bind(i64_of(upto)).fetch_all(pool).await?;
+            rows.iter().map(row_to_event).collect()
+        })
+    }
+
+    /// The events of the commit that carried `request_id` on this journey (empty if none).
+    pub async fn find_commit(&self, journey_id: &str, request_id: &str) -> Result<Vec<StoredEvent>, StoreError> {
+        // No ORDER BY: with it, both planners prefer walking the primary key (the journey's whole
+        // history) over the request-id index; a commit has a handful of events, sorted here.
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND (metadata ->> 'requestId') = $3"
+        );
+        let mut events: Vec<StoredEvent> = on_pool!(self, pool => {
+            let rows = sqlx::query(&sql).bind(LearningJourney::TYPE).bind(journey_id).bind(request_id).fetch_all(pool).await?;
+            rows.iter().map(row_to_event).collect::<Result<Vec<_>, StoreError>>()
+        })?;
+        events.sort_by_key(|e| e.sequence);
+        Ok(events)
+    }
+
+    /// A page of all events in (aggregate id, sequence) order, after the given position.
+    pub async fn scan_events(&self, after: Option<(&str, u64)>, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        let (id, seq) = after.unwrap_or(("", 0));
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE aggregate_type = $1 AND (aggregate_id > $2 OR (aggregate_id = $2 AND sequence > $3)) ORDER BY aggregate_id, sequence LIMIT $4"
+        );
+        on_pool!(self, pool => {
+            let rows = sqlx::query(&sql).bind(LearningJourney::TYPE).bind(id).bind(i64_of(seq)).bind(limit).fetch_all(pool).await?;
+            rows.iter().map(row_to_event).collect()
+        })
+    }
+
+    /// The last sequence number of every journey.
+    pub async fn stream_heads(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        on_pool!(self, pool => {
+            let rows = sqlx::query("SELECT aggregate_id, MAX(sequence) AS head FROM events WHERE aggregate_type = $1 GROUP BY aggregate_id ORDER BY aggregate_id")
+                .bind(LearningJourney::TYPE)
+                .fetch_all(pool)
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    let id: String = r.try_get("aggregate_id")?;
+                    let head: i64 = r.try_get("head")?;
+                    Ok((id, u64::try_from(head).unwrap_or(0)))
+                })
+                .collect::<Result<Vec<_>, sqlx::Error>>()
+                .map_err(StoreError::from)
+        })
+    }
+}
