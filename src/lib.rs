@@ -3,6 +3,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod app;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod canonical;
 pub mod catalog;

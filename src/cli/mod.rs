@@ -48,57 +48,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the HTTP service.
-    Serve {
-        /// Address to listen on, HOST:PORT (port 0 picks a free port).
-        #[arg(long, env = "SKILLPILOT_ADDR", default_value = "127.0.0.1:8080")]
-        addr: String,
-        /// The externally visible base URL (start URLs, OAuth metadata).
-        #[arg(long, env = "SKILLPILOT_PUBLIC_URL")]
-        public_url: Option<String>,
-        /// Allowed Host values of the MCP endpoint, comma-separated (behind a reverse proxy: its public host).
-        #[arg(long, env = "SKILLPILOT_ALLOWED_HOSTS", value_delimiter = ',')]
-        allowed_hosts: Vec<String>,
-        /// Allowed browser origins of the MCP endpoint, comma-separated, with ports (https://chatgpt.com:443).
-        #[arg(long, env = "SKILLPILOT_ALLOWED_ORIGINS", value_delimiter = ',')]
-        allowed_origins: Vec<String>,
-        /// Locale of new journeys when the learner names none.
-        #[arg(long, env = "SKILLPILOT_DEFAULT_LOCALE", default_value = "de")]
-        default_locale: String,
-        /// Largest accepted request body in bytes; larger ones get 413 before parsing.
-        #[arg(long, env = "SKILLPILOT_MAX_BODY_BYTES", default_value_t = 262_144)]
-        max_body_bytes: usize,
-        /// Seconds a client has to send its request headers, and then its body; also how long
-        /// an idle connection (HTTP/1 keep-alive or HTTP/2) stays open.
-        #[arg(long, env = "SKILLPILOT_CLIENT_TIMEOUT_SECS", default_value_t = 30)]
-        client_timeout_secs: u64,
-        /// Open connections at most (beyond it a new connection is closed at once).
-        #[arg(long, env = "SKILLPILOT_MAX_CONNECTIONS", default_value_t = 1024)]
-        max_connections: usize,
-        /// Accept JWT access tokens of this external identity provider (its issuer identifier)
-        /// instead of running the built-in authorization server; needs --oauth-jwks.
-        #[arg(long, env = "SKILLPILOT_OAUTH_ISSUER", requires = "oauth_jwks")]
-        oauth_issuer: Option<String>,
-        /// The provider's JWKS: an https URL or a local file.
-        #[arg(long, env = "SKILLPILOT_OAUTH_JWKS", requires = "oauth_issuer")]
-        oauth_jwks: Option<String>,
-        /// The audience its tokens carry (default: this server's `<public-url>/mcp`).
-        #[arg(long, env = "SKILLPILOT_OAUTH_AUDIENCE")]
-        oauth_audience: Option<String>,
-        /// Dynamic client registrations one address may make per hour (0: no limit).
-        #[arg(long, env = "SKILLPILOT_OAUTH_REGISTER_PER_HOUR", default_value_t = 20)]
-        oauth_register_per_hour: u32,
-        /// Hours after which a registered OAuth client that never completed an authorization is
-        /// deleted.
-        #[arg(long, env = "SKILLPILOT_OAUTH_UNUSED_CLIENT_HOURS", default_value_t = 24)]
-        oauth_unused_client_hours: u32,
-        /// Extra CA certificates (PEM) trusted for outbound HTTPS: a private identity provider's
-        /// JWKS, client metadata documents.
-        #[arg(long, env = "SKILLPILOT_OUTBOUND_CA_FILE")]
-        outbound_ca_file: Option<PathBuf>,
-        /// When set, `/metrics` answers only requests with `Authorization: Bearer <this>`.
-        #[arg(long, env = "SKILLPILOT_METRICS_TOKEN", hide_env_values = true)]
-        metrics_token: Option<String>,
-    },
+    Serve(ServeArgs),
     /// Apply the migrations and exit.
     Migrate,
     /// Create, list and revoke learners (and print a new learner's bearer token).
@@ -171,29 +121,8 @@ enum Command {
     /// Measure the service against the store's own limit (see docs/performance.md). Runs on a
     /// scratch database: a temporary SQLite file, or with `--db postgres://…` a scratch
     /// database created on that server and dropped afterwards.
-    Bench {
-        /// Concurrency levels (simulated coaches).
-        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
-        concurrency: Vec<usize>,
-        /// Seconds per level (and per baseline).
-        #[arg(long, default_value_t = 10)]
-        duration: u64,
-        /// Events of the long journey.
-        #[arg(long, default_value_t = 10_000)]
-        long_journey_events: usize,
-        /// Journeys for the peak-RSS measurement.
-        #[arg(long, default_value_t = 10_000)]
-        rss_journeys: usize,
-        /// Print one JSON object instead of the table.
-        #[arg(long)]
-        json: bool,
-        /// Write an SVG plot of throughput against concurrency.
-        #[arg(long)]
-        plot: Option<PathBuf>,
-        /// Exit with status 4 when any ratio misses its target.
-        #[arg(long)]
-        check: bool,
-    },
+    #[cfg(feature = "bench")]
+    Bench(BenchArgs),
     /// Print an analyst view (or, without a name, the views with their lag).
     Analytics {
         /// View name (goal-mastery, recall-outcomes, exam-results, daily-activity, tool-usage).
@@ -207,6 +136,87 @@ enum Command {
         #[command(subcommand)]
         command: RegistryCommand,
     },
+}
+
+/// The options of `serve`.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Address to listen on, HOST:PORT (port 0 picks a free port).
+    #[arg(long, env = "SKILLPILOT_ADDR", default_value = "127.0.0.1:8080")]
+    addr: String,
+    /// The externally visible base URL (start URLs, OAuth metadata).
+    #[arg(long, env = "SKILLPILOT_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// Allowed Host values of the MCP endpoint, comma-separated (behind a reverse proxy: its public host).
+    #[arg(long, env = "SKILLPILOT_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
+    /// Allowed browser origins of the MCP endpoint, comma-separated, with ports (https://chatgpt.com:443).
+    #[arg(long, env = "SKILLPILOT_ALLOWED_ORIGINS", value_delimiter = ',')]
+    allowed_origins: Vec<String>,
+    /// Locale of new journeys when the learner names none.
+    #[arg(long, env = "SKILLPILOT_DEFAULT_LOCALE", default_value = "de")]
+    default_locale: String,
+    /// Largest accepted request body in bytes; larger ones get 413 before parsing.
+    #[arg(long, env = "SKILLPILOT_MAX_BODY_BYTES", default_value_t = 262_144)]
+    max_body_bytes: usize,
+    /// Seconds a client has to send its request headers, and then its body; also how long
+    /// an idle connection (HTTP/1 keep-alive or HTTP/2) stays open.
+    #[arg(long, env = "SKILLPILOT_CLIENT_TIMEOUT_SECS", default_value_t = 30)]
+    client_timeout_secs: u64,
+    /// Open connections at most (beyond it a new connection is closed at once).
+    #[arg(long, env = "SKILLPILOT_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// Accept JWT access tokens of this external identity provider (its issuer identifier)
+    /// instead of running the built-in authorization server; needs --oauth-jwks.
+    #[arg(long, env = "SKILLPILOT_OAUTH_ISSUER", requires = "oauth_jwks")]
+    oauth_issuer: Option<String>,
+    /// The provider's JWKS: an https URL or a local file.
+    #[arg(long, env = "SKILLPILOT_OAUTH_JWKS", requires = "oauth_issuer")]
+    oauth_jwks: Option<String>,
+    /// The audience its tokens carry (default: this server's `<public-url>/mcp`).
+    #[arg(long, env = "SKILLPILOT_OAUTH_AUDIENCE")]
+    oauth_audience: Option<String>,
+    /// Dynamic client registrations one address may make per hour (0: no limit).
+    #[arg(long, env = "SKILLPILOT_OAUTH_REGISTER_PER_HOUR", default_value_t = 20)]
+    oauth_register_per_hour: u32,
+    /// Hours after which a registered OAuth client that never completed an authorization is
+    /// deleted.
+    #[arg(long, env = "SKILLPILOT_OAUTH_UNUSED_CLIENT_HOURS", default_value_t = 24)]
+    oauth_unused_client_hours: u32,
+    /// Extra CA certificates (PEM) trusted for outbound HTTPS: a private identity provider's
+    /// JWKS, client metadata documents.
+    #[arg(long, env = "SKILLPILOT_OUTBOUND_CA_FILE")]
+    outbound_ca_file: Option<PathBuf>,
+    /// When set, `/metrics` answers only requests with `Authorization: Bearer <this>`.
+    #[arg(long, env = "SKILLPILOT_METRICS_TOKEN", hide_env_values = true)]
+    metrics_token: Option<String>,
+}
+
+/// The options of `bench`.
+#[cfg(feature = "bench")]
+#[derive(Debug, clap::Args)]
+struct BenchArgs {
+    /// Concurrency levels (simulated coaches).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    concurrency: Vec<usize>,
+    /// Seconds per level (and per baseline).
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Events of the long journey.
+    #[arg(long, default_value_t = 10_000)]
+    long_journey_events: usize,
+    /// Journeys for the peak-RSS measurement.
+    #[arg(long, default_value_t = 10_000)]
+    rss_journeys: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG plot of throughput against concurrency.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Exit with status 4 when any ratio misses its target.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -330,176 +340,184 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
     settings.content_dir = cli.content.clone();
     settings.capability_keys = std::env::var("SKILLPILOT_CAPABILITY_KEYS").ok().filter(|s| !s.trim().is_empty());
     match cli.command {
+        Command::Serve(args) => serve(settings, args).await,
+        Command::Migrate => migrate(settings).await,
+        Command::Learner { command } => identity::learner(&open(settings).await?, command).await,
+        Command::Token { command } => identity::token(&open(settings).await?, command).await,
+        Command::Oauth { command: OauthCommand::Clients { command } } => identity::clients(&open(settings).await?, command).await,
+        Command::Keygen { kid } => keygen(kid),
+        Command::Backup { to } => ops::backup(&settings, &to).await,
+        Command::Restore { from } => ops::restore(&settings, &from).await,
+        Command::Completions { shell } => completions(shell),
+        Command::Events { journey, event_type, since, until } => {
+            events(settings, EventFilter { journey_id: journey, event_type, since, until }).await
+        }
+        Command::Audit { command: AuditCommand::Verify } => report::audit_verify(open(settings).await?.as_ref()).await,
+        Command::Replay { swap } => report::replay(open(settings).await?.as_ref(), swap).await,
+        #[cfg(feature = "bench")]
+        Command::Bench(args) => bench(&cli.db, cli.content, args).await,
+        Command::Analytics { name, format } => analytics(settings, name, format).await,
         Command::Registry { command: RegistryCommand::Lock { path } } => registry_lock(&path),
         Command::Registry { command: RegistryCommand::Report { seams_lock } } => {
             settings.seams_lock = seams_lock;
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            let report = app.registry_report().await.map_err(|e| anyhow::anyhow!("cannot read the tool-call audit: {}", e.code()))?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(0)
-        }
-        Command::Bench { concurrency, duration, long_journey_events, rss_journeys, json, plot, check } => {
-            anyhow::ensure!(!concurrency.is_empty() && concurrency.iter().all(|c| *c > 0), "--concurrency needs positive numbers");
-            let db = std::env::args()
-                .any(|a| a == "--db" || a.starts_with("--db="))
-                .then(|| cli.db.clone())
-                .or_else(|| std::env::var("DATABASE_URL").ok());
-            let options = crate::bench::BenchOptions {
-                db,
-                concurrency,
-                duration,
-                long_journey_events,
-                rss_journeys,
-                content: cli.content.clone(),
-                plot,
-            };
-            let report = crate::bench::run(options).await?;
-            if json {
-                println!("{report}");
-            } else {
-                report::print_bench(&report);
-            }
-            let missed = crate::bench::verdicts(&report["ratios"], &report["targets"]).iter().filter(|v| !v.met).count();
-            Ok(if check && missed > 0 { 4 } else { 0 })
-        }
-        Command::Analytics { name, format } => {
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            let fail = |e: crate::error::AppError| anyhow::anyhow!("analytics: {}", e.code());
-            match name {
-                None => println!("{}", serde_json::to_string_pretty(&app.analytics_status().await.map_err(fail)?)?),
-                Some(name) => {
-                    let table = match app.analytics_table(&name).await {
-                        Err(crate::error::AppError::NotFound { .. }) => {
-                            eprintln!("analytics: no view `{name}`; the views are: {}", crate::app::analytics::view_names().join(", "));
-                            return Ok(2);
-                        }
-                        other => other.map_err(fail)?,
-                    };
-                    match format {
-                        OutputFormat::Csv => print!("{}", table.to_csv()),
-                        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&table)?),
-                    }
-                }
-            }
-            Ok(0)
-        }
-        Command::Keygen { kid } => {
-            let spec = match kid {
-                Some(kid) => Keys::generate_spec_with(&kid)?,
-                None => Keys::generate_spec()?,
-            };
-            println!("{spec}");
-            Ok(0)
-        }
-        Command::Completions { shell } => {
-            let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut command, "skillpilot", &mut std::io::stdout());
-            Ok(0)
-        }
-        Command::Backup { to } => ops::backup(&settings, &to).await,
-        Command::Restore { from } => ops::restore(&settings, &from).await,
-        Command::Migrate => {
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            println!("migrations applied ({})", app.store_kind());
-            Ok(0)
-        }
-        Command::Serve {
-            addr,
-            public_url,
-            default_locale,
-            allowed_hosts,
-            allowed_origins,
-            max_body_bytes,
-            client_timeout_secs,
-            max_connections,
-            oauth_issuer,
-            oauth_jwks,
-            oauth_audience,
-            outbound_ca_file,
-            oauth_register_per_hour,
-            oauth_unused_client_hours,
-            metrics_token,
-        } => {
-            settings.outbound_ca_file = outbound_ca_file;
-            settings.oauth_register_per_hour = oauth_register_per_hour;
-            settings.oauth_unused_client_ttl = chrono::Duration::hours(i64::from(oauth_unused_client_hours.max(1)));
-            if let (Some(issuer), Some(jwks)) = (oauth_issuer, oauth_jwks) {
-                settings.external_idp = Some(crate::app::external_idp::ExternalIdpSettings {
-                    issuer,
-                    jwks: crate::app::external_idp::JwksSource::parse(&jwks),
-                    audience: oauth_audience,
-                    refetch_after: std::time::Duration::from_secs(30),
-                });
-            }
-            settings.mcp = crate::mcp::McpSettings { allowed_hosts, allowed_origins, ..Default::default() };
-            settings.http = crate::config::HttpSettings {
-                max_body_bytes,
-                client_timeout: std::time::Duration::from_secs(client_timeout_secs.max(1)),
-                max_connections: max_connections.max(1),
-            };
-            settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
-            settings.addr = addr;
-            settings.default_locale = default_locale;
-            settings.metrics_token = metrics_token.filter(|t| !t.trim().is_empty());
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            let service = Application::build(app.clone()).await?;
-            let registry = &app.registry;
-            tracing::info!(bound = registry.bound_count(), refused = %registry.refused().join(","), "tool registry");
-            tracing::info!(
-                version = crate::VERSION,
-                addr = %app.settings.addr,
-                port = service.port(),
-                public_url = %app.settings.public_url,
-                store = app.store_kind(),
-                curricula = %app.catalog.summary(),
-                key_id = app.keys.current_kid(),
-                oauth = if app.idp.is_some() { "external" } else { "built-in" },
-                metrics_protected = app.settings.metrics_token.is_some(),
-                "serving"
-            );
-            service.run_until(shutdown_signal()).await?;
-            Ok(0)
-        }
-        Command::Learner { command } => {
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            identity::learner(&app, command).await
-        }
-        Command::Token { command } => {
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            identity::token(&app, command).await
-        }
-        Command::Oauth { command: OauthCommand::Clients { command } } => {
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            identity::clients(&app, command).await
-        }
-        Command::Events { journey, event_type, since, until } => {
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            let filter = EventFilter { journey_id: journey.clone(), event_type, since, until };
-            let stdout = std::io::stdout();
-            let mut lock = stdout.lock();
-            let mut failed = false;
-            let printed = app
-                .list_events(&filter, |v| failed |= writeln!(lock, "{v}").is_err())
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
-            if let Some(journey) = journey.filter(|_| printed == 0) {
-                let known = app.journey_exists(&journey).await.map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
-                if !known {
-                    eprintln!("events: no journey `{journey}` in the log");
-                    return Ok(2);
-                }
-            }
-            Ok(i32::from(failed))
-        }
-        Command::Audit { command: AuditCommand::Verify } => {
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            report::audit_verify(&app).await
-        }
-        Command::Replay { swap } => {
-            let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-            report::replay(&app, swap).await
+            registry_report(settings).await
         }
     }
+}
+
+/// The application on the configured store, with the system clock.
+async fn open(settings: Settings) -> anyhow::Result<Arc<crate::app::App>> {
+    crate::startup::build_app(settings, Arc::new(SystemClock)).await
+}
+
+async fn serve(mut settings: Settings, args: ServeArgs) -> anyhow::Result<i32> {
+    let ServeArgs {
+        addr,
+        public_url,
+        default_locale,
+        allowed_hosts,
+        allowed_origins,
+        max_body_bytes,
+        client_timeout_secs,
+        max_connections,
+        oauth_issuer,
+        oauth_jwks,
+        oauth_audience,
+        outbound_ca_file,
+        oauth_register_per_hour,
+        oauth_unused_client_hours,
+        metrics_token,
+    } = args;
+    settings.outbound_ca_file = outbound_ca_file;
+    settings.oauth_register_per_hour = oauth_register_per_hour;
+    settings.oauth_unused_client_ttl = chrono::Duration::hours(i64::from(oauth_unused_client_hours.max(1)));
+    if let (Some(issuer), Some(jwks)) = (oauth_issuer, oauth_jwks) {
+        settings.external_idp = Some(crate::config::ExternalIdpSettings {
+            issuer,
+            jwks: crate::config::JwksSource::parse(&jwks),
+            audience: oauth_audience,
+            refetch_after: std::time::Duration::from_secs(30),
+        });
+    }
+    settings.mcp = crate::config::McpSettings { allowed_hosts, allowed_origins, ..Default::default() };
+    settings.http = crate::config::HttpSettings {
+        max_body_bytes,
+        client_timeout: std::time::Duration::from_secs(client_timeout_secs.max(1)),
+        max_connections: max_connections.max(1),
+    };
+    settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
+    settings.addr = addr;
+    settings.default_locale = default_locale;
+    settings.metrics_token = metrics_token.filter(|t| !t.trim().is_empty());
+    let app = open(settings).await?;
+    let service = Application::build(app.clone()).await?;
+    let registry = &app.registry;
+    tracing::info!(bound = registry.bound_count(), refused = %registry.refused().join(","), "tool registry");
+    tracing::info!(
+        version = crate::VERSION,
+        addr = %app.settings.addr,
+        port = service.port(),
+        public_url = %app.settings.public_url,
+        store = app.store_kind(),
+        curricula = %app.catalog.summary(),
+        key_id = app.keys.current_kid(),
+        oauth = if app.idp.is_some() { "external" } else { "built-in" },
+        metrics_protected = app.settings.metrics_token.is_some(),
+        "serving"
+    );
+    service.run_until(shutdown_signal()).await?;
+    Ok(0)
+}
+
+async fn migrate(settings: Settings) -> anyhow::Result<i32> {
+    let app = open(settings).await?;
+    println!("migrations applied ({})", app.store_kind());
+    Ok(0)
+}
+
+fn keygen(kid: Option<String>) -> anyhow::Result<i32> {
+    let spec = match kid {
+        Some(kid) => Keys::generate_spec_with(&kid)?,
+        None => Keys::generate_spec()?,
+    };
+    println!("{spec}");
+    Ok(0)
+}
+
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<i32> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(shell, &mut command, "skillpilot", &mut std::io::stdout());
+    Ok(0)
+}
+
+/// Prints the matching events as JSON lines; exit 2 for a journey the log does not know.
+async fn events(settings: Settings, filter: EventFilter) -> anyhow::Result<i32> {
+    let app = open(settings).await?;
+    let journey = filter.journey_id.clone();
+    let stdout = std::io::stdout();
+    let mut lock = stdout.lock();
+    let mut failed = false;
+    let printed = app
+        .list_events(&filter, |v| failed |= writeln!(lock, "{v}").is_err())
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
+    if let Some(journey) = journey.filter(|_| printed == 0) {
+        let known = app.journey_exists(&journey).await.map_err(|e| anyhow::anyhow!("cannot read the events: {}", e.code()))?;
+        if !known {
+            eprintln!("events: no journey `{journey}` in the log");
+            return Ok(2);
+        }
+    }
+    Ok(i32::from(failed))
+}
+
+/// Runs the benchmark on a scratch database; exit 4 under `--check` when a ratio misses.
+#[cfg(feature = "bench")]
+async fn bench(db: &str, content: Option<PathBuf>, args: BenchArgs) -> anyhow::Result<i32> {
+    let BenchArgs { concurrency, duration, long_journey_events, rss_journeys, json, plot, check } = args;
+    anyhow::ensure!(!concurrency.is_empty() && concurrency.iter().all(|c| *c > 0), "--concurrency needs positive numbers");
+    let db = std::env::args()
+        .any(|a| a == "--db" || a.starts_with("--db="))
+        .then(|| db.to_owned())
+        .or_else(|| std::env::var("DATABASE_URL").ok());
+    let options = crate::bench::BenchOptions { db, concurrency, duration, long_journey_events, rss_journeys, content, plot };
+    let report = crate::bench::run(options).await?;
+    if json {
+        println!("{report}");
+    } else {
+        report::print_bench(&report);
+    }
+    let missed = crate::bench::verdicts(&report["ratios"], &report["targets"]).iter().filter(|v| !v.met).count();
+    Ok(if check && missed > 0 { 4 } else { 0 })
+}
+
+/// Prints an analyst view (or the views with their lag); exit 2 for an unknown view.
+async fn analytics(settings: Settings, name: Option<String>, format: OutputFormat) -> anyhow::Result<i32> {
+    let app = open(settings).await?;
+    let fail = |e: crate::error::AppError| anyhow::anyhow!("analytics: {}", e.code());
+    let Some(name) = name else {
+        println!("{}", serde_json::to_string_pretty(&app.analytics_status().await.map_err(fail)?)?);
+        return Ok(0);
+    };
+    let table = match app.analytics_table(&name).await {
+        Err(crate::error::AppError::NotFound { .. }) => {
+            eprintln!("analytics: no view `{name}`; the views are: {}", crate::app::analytics::view_names().join(", "));
+            return Ok(2);
+        }
+        other => other.map_err(fail)?,
+    };
+    match format {
+        OutputFormat::Csv => print!("{}", table.to_csv()),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&table)?),
+    }
+    Ok(0)
+}
+
+async fn registry_report(settings: Settings) -> anyhow::Result<i32> {
+    let app = open(settings).await?;
+    let report = app.registry_report().await.map_err(|e| anyhow::anyhow!("cannot read the tool-call audit: {}", e.code()))?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(0)
 }
 
 fn registry_lock(path: &std::path::Path) -> anyhow::Result<i32> {

@@ -65,6 +65,7 @@ pub(super) async fn replay(app: &App, swap: bool) -> anyhow::Result<i32> {
 }
 
 /// The bench table, then every ratio against its target with met/missed.
+#[cfg(feature = "bench")]
 pub(super) fn print_bench(r: &serde_json::Value) {
     println!("store: {}", r["store"].as_str().unwrap_or(""));
     println!(
