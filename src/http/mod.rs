@@ -1,5 +1,7 @@
-//! HTTP routes: health, readiness, the curricula list and learning-session start. Handlers
-//! only translate between HTTP and the application layer.
+//! The HTTP router: health, readiness and metrics; the `/v1` API (curricula, learning-session
+//! start, operator and analyst endpoints); OAuth discovery, registration and tokens; and, merged
+//! in, `/mcp` and the web pages. Every request passes the access log, the metrics and the body
+//! limits. Handlers only translate between HTTP and the application layer.
 
 mod analytics;
 pub mod auth;

@@ -1,7 +1,7 @@
 //! The MCP endpoint (`/mcp`): rmcp's Streamable HTTP server in stateless JSON mode, mounted in
 //! axum behind bearer authentication. `call_tool` takes the raw arguments so our own strict
-//! validator answers with our own error result (see `notes` on rmcp: its typed parameters would
-//! answer with a protocol error instead). The dispatcher writes the tool-call audit's
+//! validator answers with our own error result (rmcp's typed parameters would answer a
+//! malformed call with a JSON-RPC protocol error instead, which a coach cannot act on). The dispatcher writes the tool-call audit's
 //! `error` exit only for a panic, a timeout or an unknown tool; each handler writes its own
 //! `started` and exit.
 

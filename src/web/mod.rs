@@ -9,7 +9,6 @@ mod graph;
 mod oauth;
 mod text;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -120,8 +119,51 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|(_, v)| v.to_owned())
 }
 
-fn lang_of(query: &HashMap<String, String>, headers: &HeaderMap) -> &'static str {
-    match query.get("lang").map(String::as_str) {
+/// The page language a page or form asks for (`?lang=` or a form field).
+#[derive(Debug, Default, Deserialize)]
+struct LangQuery {
+    #[serde(default)]
+    lang: Option<String>,
+}
+
+/// A form that only proves where it came from: sign-out, the operator's audit run.
+#[derive(Debug, Default, Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    lang: Option<String>,
+}
+
+/// The sign-in form.
+#[derive(Debug, Default, Deserialize)]
+struct SignInForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    next: Option<String>,
+    #[serde(default)]
+    lang: Option<String>,
+}
+
+/// The form that starts a learning session.
+#[derive(Debug, Default, Deserialize)]
+struct StartForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    curriculum: Option<String>,
+    #[serde(default)]
+    locale: Option<String>,
+    #[serde(default)]
+    time_zone: Option<String>,
+}
+
+/// `?lang=` when it names a language, else the browser's first `Accept-Language`.
+fn lang_of(asked: Option<&str>, headers: &HeaderMap) -> &'static str {
+    match asked {
         Some("en") => "en",
         Some("de") => "de",
         _ => {
@@ -205,13 +247,13 @@ impl Web {
     /// A form post is accepted when it comes from this origin (its `Origin` and
     /// `Sec-Fetch-Site`, where the browser sends them) and carries the token bound to this
     /// browser and its sign-in.
-    fn csrf_ok(&self, headers: &HeaderMap, form: &HashMap<String, String>) -> bool {
+    fn csrf_ok(&self, headers: &HeaderMap, token: &str) -> bool {
         let own = self.app.settings.public_url.trim_end_matches('/');
         let origin_ok = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()).is_none_or(|o| o.eq_ignore_ascii_case(own));
         let site_ok = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()).is_none_or(|s| s == "same-origin" || s == "none");
         let Some(browser) = cookie(headers, &self.cookie_name(CSRF_COOKIE)).filter(|c| c.len() >= 32) else { return false };
         let expected = self.app.keys.mac("csrf", &self.csrf_binding(&browser, headers));
-        let token_ok = form.get("csrf").is_some_and(|f| blake3::hash(f.as_bytes()) == blake3::hash(expected.as_bytes()));
+        let token_ok = blake3::hash(token.as_bytes()) == blake3::hash(expected.as_bytes());
         origin_ok && site_ok && token_ok
     }
 
@@ -242,8 +284,8 @@ impl Web {
     }
 }
 
-async fn start_page(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
-    let lang = lang_of(&query, &headers);
+async fn start_page(State(web): State<Arc<Web>>, Query(query): Query<LangQuery>, headers: HeaderMap) -> Response {
+    let lang = lang_of(query.lang.as_deref(), &headers);
     let t = texts(lang);
     match web.principal(&headers).await {
         Some(p) if p.role == Role::Learner => {
@@ -266,21 +308,21 @@ async fn start_page(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Str
     }
 }
 
-async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
-    let lang = lang_of(&form, &headers);
+async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<SignInForm>) -> Response {
+    let lang = lang_of(form.lang.as_deref(), &headers);
     let t = texts(lang);
-    if !web.csrf_ok(&headers, &form) {
+    if !web.csrf_ok(&headers, &form.csrf) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
     // Only our own pages, never an address a form could smuggle in.
-    let next = match form.get("next").map(String::as_str) {
+    let next = match form.next.as_deref() {
         Some("/progress") => "/progress".to_owned(),
         Some("/operator") => "/operator".to_owned(),
         Some(back) if back.starts_with("/oauth/authorize?") && !back.chars().any(char::is_control) => back.to_owned(),
         _ => "/start".to_owned(),
     };
     let next = next.as_str();
-    let token = form.get("token").map(|s| s.trim()).unwrap_or_default();
+    let token = form.token.trim();
     let principal = match web.app.authenticate(token).await {
         Ok(p) => p,
         Err(_) => return web.sign_in_page(&headers, lang, next, Some(t.sign_in_failed)),
@@ -302,10 +344,10 @@ async fn sign_in(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Fo
     response
 }
 
-async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
-    let lang = lang_of(&form, &headers);
+async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<CsrfForm>) -> Response {
+    let lang = lang_of(form.lang.as_deref(), &headers);
     let t = texts(lang);
-    if !web.csrf_ok(&headers, &form) {
+    if !web.csrf_ok(&headers, &form.csrf) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
     // Ended on the server: the cookie, wherever a copy of it lives, opens nothing any more.
@@ -325,22 +367,22 @@ async fn sign_out(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): F
     response
 }
 
-async fn start_submit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
-    let lang = match form.get("locale").map(String::as_str) {
+async fn start_submit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<StartForm>) -> Response {
+    let lang = match form.locale.as_deref() {
         Some("en") => "en",
         _ => "de",
     };
     let t = texts(lang);
-    if !web.csrf_ok(&headers, &form) {
+    if !web.csrf_ok(&headers, &form.csrf) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
     let Some(principal) = web.principal(&headers).await.filter(|p| p.role == Role::Learner) else {
         return web.sign_in_page(&headers, lang, "/start", None);
     };
     let request = StartSession {
-        curriculum_id: form.get("curriculum").cloned(),
+        curriculum_id: form.curriculum,
         locale: Some(lang.to_owned()),
-        time_zone: form.get("time_zone").cloned().filter(|z| z.parse::<chrono_tz::Tz>().is_ok()).or_else(|| Some("UTC".into())),
+        time_zone: form.time_zone.filter(|z| z.parse::<chrono_tz::Tz>().is_ok()).or_else(|| Some("UTC".into())),
     };
     match web.app.start_session(&principal, request).await {
         Ok(started) => {
@@ -354,8 +396,8 @@ async fn start_submit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form
     }
 }
 
-async fn progress(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
-    let lang = lang_of(&query, &headers);
+async fn progress(State(web): State<Arc<Web>>, Query(query): Query<LangQuery>, headers: HeaderMap) -> Response {
+    let lang = lang_of(query.lang.as_deref(), &headers);
     let t = texts(lang);
     let Some(principal) = web.principal(&headers).await else {
         return web.sign_in_page(&headers, lang, "/progress", None);
@@ -398,8 +440,19 @@ async fn progress(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Strin
     )
 }
 
-async fn operator(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
-    let lang = lang_of(&query, &headers);
+/// The operator page's query: its language and the outcome of a revoke it was sent back from.
+#[derive(Debug, Default, Deserialize)]
+struct OperatorQuery {
+    #[serde(default)]
+    lang: Option<String>,
+    #[serde(default)]
+    revoked: Option<String>,
+    #[serde(default)]
+    unknown: Option<String>,
+}
+
+async fn operator(State(web): State<Arc<Web>>, Query(query): Query<OperatorQuery>, headers: HeaderMap) -> Response {
+    let lang = lang_of(query.lang.as_deref(), &headers);
     let t = texts(lang);
     let Some(principal) = web.principal(&headers).await else {
         return web.sign_in_page(&headers, lang, "/operator", None);
@@ -419,7 +472,7 @@ async fn operator(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Strin
             context! { at, actor => a.actor, action => a.action, target => a.target }
         })
         .collect();
-    let notice = query.get("revoked").map(|_| t.revoke_done).or_else(|| query.get("unknown").map(|_| t.revoke_unknown));
+    let notice = query.revoked.map(|_| t.revoke_done).or_else(|| query.unknown.map(|_| t.revoke_unknown));
     let report = serde_json::to_value(&report).unwrap_or_default();
     let audit_time = audit
         .as_ref()
@@ -442,10 +495,10 @@ async fn operator(State(web): State<Arc<Web>>, Query(query): Query<HashMap<Strin
     )
 }
 
-async fn operator_audit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
-    let lang = lang_of(&form, &headers);
+async fn operator_audit(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<CsrfForm>) -> Response {
+    let lang = lang_of(form.lang.as_deref(), &headers);
     let t = texts(lang);
-    if !web.csrf_ok(&headers, &form) {
+    if !web.csrf_ok(&headers, &form.csrf) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
     match web.principal(&headers).await {
@@ -472,9 +525,7 @@ struct RevokeForm {
 async fn operator_revoke(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<RevokeForm>) -> Response {
     let lang = if form.lang.as_deref() == Some("en") { "en" } else { "de" };
     let t = texts(lang);
-    let mut csrf_form = HashMap::new();
-    csrf_form.insert("csrf".to_owned(), form.csrf.clone());
-    if !web.csrf_ok(&headers, &csrf_form) {
+    if !web.csrf_ok(&headers, &form.csrf) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
     let Some((principal, wsid)) = web.session(&headers).await else {

@@ -40,7 +40,7 @@ fn error_redirect(redirect_uri: &str, error: &OAuthError, state: Option<&str>) -
 
 /// `GET /oauth/authorize`.
 pub(super) async fn authorize(State(web): State<Arc<Web>>, Query(query): Query<HashMap<String, String>>, headers: HeaderMap) -> Response {
-    let lang = lang_of(&query, &headers);
+    let lang = lang_of(query.get("lang").map(String::as_str), &headers);
     let t = texts(lang);
     if !web.app.builtin_authorization_server() {
         return web.message(&t, lang, StatusCode::NOT_FOUND, t.error_title, t.oauth_failed);
@@ -80,25 +80,38 @@ pub(super) async fn authorize(State(web): State<Arc<Web>>, Query(query): Query<H
     }
 }
 
+/// The consent form: the sealed request it answers and the learner's decision.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct DecisionForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    request: Option<String>,
+    #[serde(default)]
+    decision: Option<String>,
+    #[serde(default)]
+    lang: Option<String>,
+}
+
 /// `POST /oauth/authorize`: the learner's decision.
-pub(super) async fn decide(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<HashMap<String, String>>) -> Response {
-    let lang = lang_of(&form, &headers);
+pub(super) async fn decide(State(web): State<Arc<Web>>, headers: HeaderMap, Form(form): Form<DecisionForm>) -> Response {
+    let lang = lang_of(form.lang.as_deref(), &headers);
     let t = texts(lang);
     if !web.app.builtin_authorization_server() {
         return web.message(&t, lang, StatusCode::NOT_FOUND, t.error_title, t.oauth_failed);
     }
-    if !web.csrf_ok(&headers, &form) {
+    if !web.csrf_ok(&headers, &form.csrf) {
         return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.csrf_failed);
     }
     let learner_id = match web.principal(&headers).await {
         Some(p) if p.role == Role::Learner => p.learner_id.unwrap_or_default(),
         _ => return web.message(&t, lang, StatusCode::FORBIDDEN, t.forbidden_title, t.learners_only),
     };
-    let request: Option<AuthorizationRequest> = form.get("request").and_then(|r| web.app.keys.open_authorization(r));
+    let request: Option<AuthorizationRequest> = form.request.as_deref().and_then(|r| web.app.keys.open_authorization(r));
     let Some(request) = request.filter(|r| r.exp > web.app.clock.now().timestamp()) else {
         return web.message(&t, lang, StatusCode::BAD_REQUEST, t.error_title, t.oauth_failed);
     };
-    if form.get("decision").map(String::as_str) != Some("allow") {
+    if form.decision.as_deref() != Some("allow") {
         let denied = OAuthError { code: "access_denied", description: "the learner denied access" };
         return error_redirect(&request.redirect_uri, &denied, request.state.as_deref());
     }
