@@ -25,7 +25,7 @@ use crate::store::DbUrl;
 
 /// What `skillpilot bench` runs: concurrency levels, duration, store and content.
 #[derive(Clone, Debug)]
-pub struct BenchOptions {
+pub(crate) struct BenchOptions {
     /// Store: a SQLite path (a fresh temporary file when not given) or a PostgreSQL server URL
     /// (a scratch database is created there and dropped afterwards).
     pub db: Option<String>,
@@ -364,7 +364,7 @@ async fn scratch_postgres(url: &str) -> anyhow::Result<(String, String)> {
 }
 
 /// Runs the benchmark; returns the JSON report.
-pub async fn run(options: BenchOptions) -> anyhow::Result<Value> {
+pub(crate) async fn run(options: BenchOptions) -> anyhow::Result<Value> {
     let keys = Keys::generate_spec()?;
     let (db, cleanup): (String, Box<dyn FnOnce() + Send>) = match options.db.as_deref().map(DbUrl::parse) {
         Some(DbUrl::Postgres(url)) => {
@@ -519,7 +519,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
 
 /// One ratio measured against its target.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// The ratio's name.
     pub name: String,
     /// The measured value (NaN when it could not be measured).
@@ -531,7 +531,7 @@ pub struct Verdict {
 }
 
 /// Every ratio that has a target, judged. A target that cannot be read is missed, never met.
-pub fn verdicts(ratios: &Value, targets: &Value) -> Vec<Verdict> {
+pub(crate) fn verdicts(ratios: &Value, targets: &Value) -> Vec<Verdict> {
     let Some(targets) = targets.as_object() else { return Vec::new() };
     targets
         .iter()
@@ -550,7 +550,7 @@ pub fn verdicts(ratios: &Value, targets: &Value) -> Vec<Verdict> {
 }
 
 /// An SVG line plot of writes/s, reads/s and baseline inserts/s against concurrency.
-pub fn plot(report: &Value) -> String {
+pub(crate) fn plot(report: &Value) -> String {
     let levels = report["levels"].as_array().cloned().unwrap_or_default();
     let series = |f: &dyn Fn(&Value) -> f64| levels.iter().map(|l| (l["concurrency"].as_f64().unwrap_or(0.0), f(l))).collect::<Vec<_>>();
     let writes = series(&|l| l["load"]["writes"]["per_second"].as_f64().unwrap_or(0.0));

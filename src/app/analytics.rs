@@ -13,15 +13,15 @@ use crate::store::projector::ColumnKind::{self, Integer, Real, Text};
 use crate::store::StoreError;
 
 /// The projector's name in `projector_checkpoints`.
-pub const PROJECTOR: &str = "analytics";
+pub(crate) const PROJECTOR: &str = "analytics";
 /// The replay projector, which folds the whole log into the shadow tables.
-pub const REPLAY_PROJECTOR: &str = "analytics-replay";
+pub(crate) const REPLAY_PROJECTOR: &str = "analytics-replay";
 
 /// How long a read waits for transactions elsewhere to end before it answers with a lag.
 const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A published analyst view: its API name, SQL view and columns.
-pub struct ViewDef {
+pub(crate) struct ViewDef {
     /// Name in `/v1/analytics/<name>`.
     pub name: &'static str,
     /// The read-only SQL view.
@@ -34,11 +34,11 @@ pub struct ViewDef {
 
 /// Every analyst view.
 /// The names of every analyst view, for messages that list them.
-pub fn view_names() -> Vec<&'static str> {
+pub(crate) fn view_names() -> Vec<&'static str> {
     VIEWS.iter().map(|v| v.name).collect()
 }
 
-pub const VIEWS: &[ViewDef] = &[
+pub(crate) const VIEWS: &[ViewDef] = &[
     ViewDef {
         name: "goal-mastery",
         view: "analyst_goal_mastery",

@@ -1,16 +1,16 @@
 //! Application services: the one layer every transport (HTTP, MCP, CLI, web GUI) calls. It
 //! owns the store, the catalog, the clock and the token keys; transports only translate.
 
-pub mod analytics;
+pub(crate) mod analytics;
 pub mod external_idp;
 pub mod identity;
 pub mod journeys;
 pub mod oauth;
-pub mod operator;
-pub mod outbound;
-pub mod quota;
+pub(crate) mod operator;
+pub(crate) mod outbound;
+pub(crate) mod quota;
 pub mod sessions;
-pub mod side_writer;
+pub(crate) mod side_writer;
 pub mod tokens;
 
 use std::sync::Arc;

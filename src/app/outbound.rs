@@ -109,7 +109,7 @@ impl Outbound {
 
 /// Whether an address is reachable on the public internet: every special-purpose range of the
 /// IANA registries is not, and IPv6 forms that embed an IPv4 address are judged by it.
-pub fn is_global(ip: IpAddr) -> bool {
+pub(crate) fn is_global(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_global_v4(v4),
         IpAddr::V6(v6) => is_global_v6(v6),

@@ -13,9 +13,9 @@ use crate::registry::Registry;
 use crate::store::AuditRow;
 
 /// Fewer turns than this: no error verdict yet.
-pub const MIN_TURNS_ERROR: usize = 30;
+pub(crate) const MIN_TURNS_ERROR: usize = 30;
 /// Fewer turns than this: no warning verdict yet.
-pub const MIN_TURNS_WARNING: usize = 100;
+pub(crate) const MIN_TURNS_WARNING: usize = 100;
 
 /// A verdict on one tool's quota.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -30,7 +30,7 @@ pub struct Verdict {
 }
 
 /// The verdict for a declared quota (percent) given delivered calls in `turns` learner turns.
-pub fn verdict(declared: u8, delivered: usize, turns: usize, rejected: usize, processed: usize) -> Verdict {
+pub(crate) fn verdict(declared: u8, delivered: usize, turns: usize, rejected: usize, processed: usize) -> Verdict {
     if turns < MIN_TURNS_ERROR {
         return Verdict { level: "noStatementYet", ratio: None, diagnosis: None };
     }
@@ -167,7 +167,7 @@ fn turns(calls: &[&Call], context_tool: &str, gap_ms: i64) -> (Vec<usize>, usize
 }
 
 /// Builds the quota report from audit rows.
-pub fn reconcile(rows: &[AuditRow], registry: &Registry, window: usize, gap_ms: i64) -> QuotaReport {
+pub(crate) fn reconcile(rows: &[AuditRow], registry: &Registry, window: usize, gap_ms: i64) -> QuotaReport {
     let mut calls: BTreeMap<&str, Call> = BTreeMap::new();
     for r in rows {
         let call = calls.entry(r.call_id.as_str()).or_insert_with(|| Call {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-pub use crate::store::SideRow;
+pub(crate) use crate::store::SideRow;
 use crate::store::{Store, StoreError};
 
 struct Item {

@@ -11,7 +11,7 @@ use crate::app::App;
 use crate::error::AppError;
 
 /// The authenticated caller.
-pub struct Bearer(pub Principal);
+pub(crate) struct Bearer(pub Principal);
 
 impl FromRequestParts<Arc<App>> for Bearer {
     type Rejection = AppError;

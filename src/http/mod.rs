@@ -4,7 +4,7 @@
 //! limits. Handlers only translate between HTTP and the application layer.
 
 mod analytics;
-pub mod auth;
+pub(crate) mod auth;
 mod oauth;
 mod operator;
 mod v1;

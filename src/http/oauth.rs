@@ -25,7 +25,7 @@ fn oauth_failure(e: &OAuthError) -> Response {
 }
 
 /// `GET /.well-known/oauth-protected-resource[/mcp]`.
-pub async fn protected_resource(State(app): State<Arc<App>>) -> Response {
+pub(super) async fn protected_resource(State(app): State<Arc<App>>) -> Response {
     Json(json!({
         "resource": app.mcp_resource(),
         "authorization_servers": [app.authorization_server()],
@@ -38,7 +38,7 @@ pub async fn protected_resource(State(app): State<Arc<App>>) -> Response {
 }
 
 /// `GET /.well-known/oauth-authorization-server`.
-pub async fn authorization_server(State(app): State<Arc<App>>) -> Response {
+pub(super) async fn authorization_server(State(app): State<Arc<App>>) -> Response {
     if !app.builtin_authorization_server() {
         return StatusCode::NOT_FOUND.into_response();
     }
@@ -60,7 +60,11 @@ pub async fn authorization_server(State(app): State<Arc<App>>) -> Response {
 }
 
 /// `POST /oauth/register` (RFC 7591).
-pub async fn register(State(app): State<Arc<App>>, peer: Option<axum::Extension<super::PeerAddr>>, body: axum::body::Bytes) -> Response {
+pub(super) async fn register(
+    State(app): State<Arc<App>>,
+    peer: Option<axum::Extension<super::PeerAddr>>,
+    body: axum::body::Bytes,
+) -> Response {
     if !app.builtin_authorization_server() {
         return StatusCode::NOT_FOUND.into_response();
     }
@@ -80,7 +84,7 @@ pub async fn register(State(app): State<Arc<App>>, peer: Option<axum::Extension<
 }
 
 /// `POST /oauth/token`: `authorization_code` and `refresh_token` grants for public clients.
-pub async fn token(
+pub(super) async fn token(
     State(app): State<Arc<App>>,
     form: Result<Form<HashMap<String, String>>, axum::extract::rejection::FormRejection>,
 ) -> Response {

@@ -11,12 +11,12 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
 /// The stateless revision whose results must name their `resultType`.
-pub const MODERN_VERSION: &str = "2026-07-28";
+pub(crate) const MODERN_VERSION: &str = "2026-07-28";
 const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 /// Browser origins the endpoint answers, with explicit ports (`https://chatgpt.com:443`).
 #[derive(Clone, Debug, Default)]
-pub struct Origins(pub Vec<String>);
+pub(crate) struct Origins(pub Vec<String>);
 
 impl Origins {
     fn allows(&self, origin: &str) -> bool {
@@ -45,7 +45,7 @@ fn cors_headers(headers: &mut HeaderMap, origin: &str) {
 /// CORS, outermost on `/mcp`: a preflight from an allowed origin is answered here (it carries
 /// no credentials, so it must not meet the 401); every response to an allowed origin names it.
 /// A preflight from any other origin is 403; rmcp refuses the actual request of such an origin.
-pub async fn cors(State(origins): State<Origins>, request: Request, next: Next) -> Response {
+pub(crate) async fn cors(State(origins): State<Origins>, request: Request, next: Next) -> Response {
     let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let Some(origin) = origin.filter(|o| origins.allows(o)) else {
         if request.method() == Method::OPTIONS {
@@ -89,7 +89,7 @@ fn is_modern(headers: &HeaderMap, message: &Value) -> bool {
 /// an object -32602 — each a JSON-RPC error instead of rmcp's bare 415/422. On the 2026-07-28
 /// revision every result then gets `resultType: "complete"` when rmcp left it out (this server
 /// never answers `input_required`).
-pub async fn json_rpc(request: Request, next: Next) -> Response {
+pub(crate) async fn json_rpc(request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }

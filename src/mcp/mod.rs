@@ -5,7 +5,7 @@
 //! `error` exit only for a panic, a timeout or an unknown tool; each handler writes its own
 //! `started` and exit.
 
-pub mod gate;
+pub(crate) mod gate;
 pub mod schema;
 pub mod tools;
 

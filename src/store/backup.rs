@@ -19,7 +19,7 @@ async fn open(path: &Path, read_only: bool) -> Result<sqlx::SqliteConnection, St
 }
 
 /// Copies the SQLite database `db` into the new file `to` (which must not exist).
-pub async fn sqlite_backup(db: &Path, to: &Path) -> Result<(), StoreError> {
+pub(crate) async fn sqlite_backup(db: &Path, to: &Path) -> Result<(), StoreError> {
     let mut conn = open(db, false).await?;
     sqlx::query("VACUUM INTO $1").bind(to.display().to_string()).execute(&mut conn).await?;
     conn.close().await?;
@@ -27,7 +27,7 @@ pub async fn sqlite_backup(db: &Path, to: &Path) -> Result<(), StoreError> {
 }
 
 /// `PRAGMA integrity_check` of a SQLite file: `Ok(())` when it answers `ok`, else what it found.
-pub async fn sqlite_integrity(path: &Path) -> Result<(), StoreError> {
+pub(crate) async fn sqlite_integrity(path: &Path) -> Result<(), StoreError> {
     let mut conn = open(path, true).await?;
     let found: Vec<String> = sqlx::query_scalar("PRAGMA integrity_check").fetch_all(&mut conn).await?;
     conn.close().await?;

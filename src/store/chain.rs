@@ -8,10 +8,10 @@ use serde_json::Value;
 use crate::canonical::canonical;
 
 /// The `prevHash` of a stream's first event.
-pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// The fields of one stored event that the chain covers.
-pub struct Link<'a> {
+pub(crate) struct Link<'a> {
     pub aggregate_type: &'a str,
     pub aggregate_id: &'a str,
     pub sequence: u64,
@@ -24,7 +24,7 @@ pub struct Link<'a> {
 }
 
 /// The chain hash of an event, as lowercase hex.
-pub fn chain_hash(link: &Link<'_>) -> String {
+pub(crate) fn chain_hash(link: &Link<'_>) -> String {
     let mut metadata = link.metadata.clone();
     if let Some(obj) = metadata.as_object_mut() {
         obj.remove("chainHash");

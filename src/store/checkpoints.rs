@@ -11,7 +11,7 @@ use crate::canonical::canonical;
 use crate::store::chain::GENESIS;
 
 /// Every journey's head: version and `chainHash` of its newest event.
-pub type Heads = BTreeMap<String, (u64, String)>;
+pub(crate) type Heads = BTreeMap<String, (u64, String)>;
 
 /// One recorded checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub struct Checkpoint {
 }
 
 /// The hash of a checkpoint's content.
-pub fn checkpoint_hash(prev_hash: &str, at_ms: i64, heads: &Heads) -> String {
+pub(crate) fn checkpoint_hash(prev_hash: &str, at_ms: i64, heads: &Heads) -> String {
     let heads = serde_json::to_value(heads).unwrap_or_default();
     blake3::hash(format!("{prev_hash}\n{at_ms}\n{}", canonical(&heads)).as_bytes()).to_hex().to_string()
 }

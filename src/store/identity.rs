@@ -68,7 +68,7 @@ pub struct OperatorAction {
 
 /// Length of a token id: enough to be unique among any realistic number of tokens, too short
 /// to be mistaken for a token.
-pub const TOKEN_ID_LEN: usize = 16;
+pub(crate) const TOKEN_ID_LEN: usize = 16;
 
 impl Store {
     /// Every learner, oldest first.

@@ -4,14 +4,14 @@
 //! else here is plain SQL written once and run on both, since both dialects accept it.
 
 mod audit;
-pub mod backup;
+pub(crate) mod backup;
 mod baseline;
-pub mod chain;
-pub mod checkpoints;
+pub(crate) mod chain;
+pub(crate) mod checkpoints;
 mod events;
-pub mod identity;
-pub mod oauth;
-pub mod projector;
+pub(crate) mod identity;
+pub(crate) mod oauth;
+pub(crate) mod projector;
 mod snapshots;
 mod views;
 

@@ -115,7 +115,7 @@ const ROWS_PER_INSERT: usize = 500;
 
 /// Which analytic tables a projector writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// `analytics_*`, what analysts read.
     Live,
     /// `analytics_shadow_*`, rebuilt by `skillpilot replay`.
@@ -132,7 +132,7 @@ impl Target {
 }
 
 /// The analytic tables and their columns (for comparing and swapping).
-pub const ANALYTIC_TABLES: &[(&str, &str)] = &[
+pub(crate) const ANALYTIC_TABLES: &[(&str, &str)] = &[
     ("goal_mastery", "journey_id, goal_id, mastery, mastered, completions, updated_at"),
     ("recall_outcomes", "card_id, goal_id, passed, failed"),
     ("exam_results", "journey_id, instance, total_points, max_points, passed, scored_at"),

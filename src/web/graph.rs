@@ -28,7 +28,7 @@ fn depth<'a>(pack: &'a Pack, id: &'a str, memo: &mut BTreeMap<&'a str, usize>) -
 }
 
 /// The SVG of a journey's goals.
-pub fn goal_graph(pack: &Pack, state: &LearningJourney, lang: &str, t: &Texts) -> String {
+pub(super) fn goal_graph(pack: &Pack, state: &LearningJourney, lang: &str, t: &Texts) -> String {
     let mut memo = BTreeMap::new();
     let mut columns: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
     for leaf in pack.leaves() {

@@ -77,7 +77,7 @@ fn templates() -> Environment<'static> {
 }
 
 /// The web routes.
-pub fn router(app: Arc<App>) -> Router {
+pub(crate) fn router(app: Arc<App>) -> Router {
     let state = Arc::new(Web { app, env: templates() });
     Router::new()
         .route("/start", get(start_page).post(start_submit))

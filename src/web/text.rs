@@ -4,7 +4,7 @@ use serde::Serialize;
 
 /// Every text a page shows.
 #[derive(Clone, Copy, Debug, Serialize)]
-pub struct Texts {
+pub(super) struct Texts {
     pub sign_in_title: &'static str,
     pub token_label: &'static str,
     pub sign_in: &'static str,
@@ -230,7 +230,7 @@ const EN: Texts = Texts {
 };
 
 /// The texts of a language (`en` or German).
-pub fn texts(lang: &str) -> Texts {
+pub(super) fn texts(lang: &str) -> Texts {
     if lang == "en" {
         EN
     } else {
