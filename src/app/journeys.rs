@@ -159,6 +159,16 @@ impl App {
         Ok(state)
     }
 
+    /// The event at `version` of a journey and the tool (or entry point) whose command wrote it;
+    /// `None` for version 0 or a version not in the log.
+    pub async fn event_at(&self, journey_id: &str, version: u64) -> Result<Option<(JourneyEvent, String)>, AppError> {
+        let Some(after) = version.checked_sub(1) else { return Ok(None) };
+        let stored = self.store.events_after(journey_id, after).await?;
+        let Some(first) = stored.first().filter(|e| e.sequence as u64 == version) else { return Ok(None) };
+        let tool = first.metadata.get("tool").and_then(Value::as_str).unwrap_or_default().to_owned();
+        Ok(Some((decode_event(first)?, tool)))
+    }
+
     /// The pack a journey runs on.
     pub fn pack_of(&self, state: &LearningJourney) -> Result<Arc<Pack>, AppError> {
         let info = state.info.as_ref().ok_or(AppError::NotFound { what: "journey" })?;

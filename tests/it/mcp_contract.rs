@@ -500,21 +500,43 @@ async fn the_exam_refuses_early_starts_and_out_of_range_points(t: Arc<TestApp>) 
     refused(&t, &c, "get_skillpilot_exam_solutions", json!({"examCapability": "v4.local.forged"}), "CAPABILITY_INVALID").await;
 }
 
+/// Contract: the renderer accepts only `(goalId, expectedStateVersion)` pairs the backend issued
+/// in a render call for the current state — not a pair derived from the state alone.
 async fn the_renderer_accepts_only_the_pair_issued_for_the_current_state(t: Arc<TestApp>) {
     let c = coach(&t).await;
-    let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
-    refused(&t, &c, "render_skillpilot_goal_visualization", json!({"goalId": "divide", "expectedStateVersion": v}), "NOT_ALLOWED").await;
+    let start = c.ctx(&t).await;
+    // The shipped curriculum's one first goal, activated when the session starts.
+    let (v, goal) = (start["stateVersion"].as_u64().unwrap(), "part-of-whole");
+    assert_eq!(start["requiredAction"], "teachActiveGoal", "{start}");
+    // The goal activated at session start is being taught, but no render call was issued for it.
+    refused(&t, &c, "render_skillpilot_goal_visualization", json!({"goalId": goal, "expectedStateVersion": v}), "NOT_ALLOWED").await;
+    // Completing it and choosing to learn on activates the next goal: that result issues the call.
+    let done = complete_now(&t, &c, &start["stateVersion"]).await;
+    let (err, mut result) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&done, "mode", "mode", "learn")})).await;
+    assert!(!err, "{result}");
+    if result["requiredAction"] == "chooseOption" {
+        let (err, chosen) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&result, "goal", "", "")})).await;
+        assert!(!err, "{chosen}");
+        result = chosen;
+    }
+    let issued = result["continuation"]["toolCall"].clone();
+    assert_eq!(issued["name"], "render_skillpilot_goal_visualization", "a render call was issued: {result}");
+    let args = issued["arguments"].clone();
+    let (err, ok) = c.call(&t, "render_skillpilot_goal_visualization", args.clone()).await;
+    assert!(!err, "{ok}");
+    assert_eq!(ok, json!({"outcome": "completed", "rendered": true}));
+    // Another goal at the issued version was never issued.
     refused(
         &t,
         &c,
         "render_skillpilot_goal_visualization",
-        json!({"goalId": "part-of-whole", "expectedStateVersion": v + 5}),
-        "STATE_CONFLICT",
+        json!({"goalId": goal, "expectedStateVersion": args["expectedStateVersion"]}),
+        "NOT_ALLOWED",
     )
     .await;
-    let (err, ok) = c.call(&t, "render_skillpilot_goal_visualization", json!({"goalId": "part-of-whole", "expectedStateVersion": v})).await;
-    assert!(!err, "{ok}");
-    assert_eq!(ok, json!({"outcome": "completed", "rendered": true}));
+    // Once the state moved on, the issued pair is stale.
+    complete_now(&t, &c, &args["expectedStateVersion"]).await;
+    refused(&t, &c, "render_skillpilot_goal_visualization", args, "STATE_CONFLICT").await;
 }
 
 async fn every_tool_writes_its_own_started_and_one_exit(t: Arc<TestApp>) {

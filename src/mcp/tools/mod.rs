@@ -111,7 +111,7 @@ impl Tool {
             Self::StartExam => start_exam::handle(call, parse(args)?).await,
             Self::ExamSolutions => exam_solutions::handle(call, parse(args)?).await,
             Self::ExamScores => exam_scores::handle(call, parse(args)?).await,
-            Self::RenderPicture => render_picture::handle(call, parse(args)?),
+            Self::RenderPicture => render_picture::handle(call, parse(args)?).await,
         }
     }
 }

@@ -1,13 +1,13 @@
 //! `render_skillpilot_goal_visualization`: hands the picture of the goal about to be taught to
 //! the widget — only for the (goal, version) pair the backend issued for the current state.
 
-use aggregates::learning_journey::NextStep;
+use aggregates::learning_journey::{JourneyEvent, NextStep};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::result::Note;
-use super::{manifest, meta, session_id, Call, Structured, ToolDef, ToolOutput, READ_EXITS, SESSION_NEED};
+use super::{manifest, meta, session_id, Call, Structured, Tool, ToolDef, ToolOutput, READ_EXITS, SESSION_NEED};
 use crate::error::AppError;
 use crate::mcp::schema::{req, Shape, Text};
 use crate::registry::{Kind, Need, Role};
@@ -44,13 +44,26 @@ pub(super) struct Args {
     expected_state_version: u64,
 }
 
-pub(super) fn handle(call: &Call<'_>, args: Args) -> Result<ToolOutput, AppError> {
+/// The tools whose results issue a render call: a write that activated a goal with a picture.
+const ISSUERS: [Tool; 3] = [Tool::ChooseOption, Tool::CompleteGoal, Tool::RecallResults];
+
+pub(super) async fn handle(call: &Call<'_>, args: Args) -> Result<ToolOutput, AppError> {
     let state = call.state();
     if args.expected_state_version != state.version {
         return Err(AppError::StateConflict { current: state.version });
     }
-    // Only the pair the backend issued for the current state: the active goal being taught.
-    let issued = state.active_goal.as_deref() == Some(args.goal_id.as_str()) && state.next == NextStep::Teach && state.workflow.is_none();
+    // Contract: only a pair the backend issued in a render call for the current state — the
+    // commit that produced this version activated exactly this goal through a coach tool, and
+    // the goal is still being taught. A pair derived from the state alone (the goal activated
+    // at session start, say) was never issued.
+    let activated_here = match call.app.event_at(call.journey_id(), state.version).await? {
+        Some((JourneyEvent::GoalActivated { goal_id, .. }, tool)) => goal_id == args.goal_id && ISSUERS.iter().any(|t| t.name() == tool),
+        _ => false,
+    };
+    let issued = activated_here
+        && state.active_goal.as_deref() == Some(args.goal_id.as_str())
+        && state.next == NextStep::Teach
+        && state.workflow.is_none();
     let pack = &call.session.pack;
     let goal = pack.goal(&args.goal_id).filter(|_| issued).ok_or(AppError::NotAllowed)?;
     let vis = goal.visualization.as_ref().ok_or(AppError::NotAllowed)?;
