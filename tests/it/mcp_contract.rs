@@ -636,7 +636,54 @@ async fn a_follow_up_recall_batch_carries_no_competing_successor(t: Arc<TestApp>
     assert!(context.get("activeGoal").is_none() && context.get("options").is_none(), "competing successor content: {stored}");
 }
 
+async fn batches_started(t: &TestApp) -> usize {
+    t.app.store.scan_events(None, 100_000).await.unwrap().iter().filter(|e| e.event_type == "RecallBatchStarted").count()
+}
+
+/// Contract (retry identity of every mutation): identical starts racing for one version give
+/// one start and the same batch, with or without a `clientRequestId`; an exact late retry
+/// returns the original batch even after it closed, and starts nothing new.
+async fn identical_starts_give_one_batch_and_a_late_exact_retry_returns_it(t: Arc<TestApp>) {
+    let start = "start_skillpilot_verified_recall";
+    for with_id in [true, false] {
+        let c = coach(&t).await;
+        let ctx = c.ctx(&t).await;
+        complete_now(&t, &c, &ctx["stateVersion"]).await;
+        let before = batches_started(&t).await;
+        let id = uuid::Uuid::new_v4().to_string();
+        let args = if with_id { json!({"clientRequestId": id}) } else { json!({}) };
+        let ((err_a, a), (err_b, b)) = tokio::join!(c.call(&t, start, args.clone()), c.call(&t, start, args.clone()));
+        assert!(!err_a && !err_b, "no STATE_CONFLICT for identical starts (id: {with_id}): {a} {b}");
+        assert_eq!(a["receipt"], b["receipt"], "the same batch");
+        assert_eq!(a["questions"], b["questions"]);
+        assert_eq!(batches_started(&t).await, before + 1, "one start");
+        if !with_id {
+            continue;
+        }
+        // The batch runs to its end; the coach's late exact retry gets the original batch back.
+        let answers = c.call(&t, "get_skillpilot_verified_recall_answers", json!({"batchCapability": a["batchCapability"]})).await.1;
+        let n = a["questions"].as_array().unwrap().len();
+        let (err, stored) = c
+            .call(
+                &t,
+                "record_skillpilot_verified_recall_results",
+                json!({"gradingCapability": answers["gradingCapability"], "assessments": vec![json!({"passed": true}); n]}),
+            )
+            .await;
+        assert!(!err, "{stored}");
+        let (err, late) = c.call(&t, start, args.clone()).await;
+        assert!(!err, "{late}");
+        assert_eq!(late["receipt"], a["receipt"], "the original result");
+        assert_eq!(late["questions"], a["questions"]);
+        assert_eq!(batches_started(&t).await, before + 1, "nothing new started");
+        // The same id with other arguments is refused and changes nothing.
+        let other = json!({"clientRequestId": id, "expectedStateVersion": 1});
+        refused(&t, &c, start, other, "IDEMPOTENCY_KEY_REUSED").await;
+    }
+}
+
 both_stores!(
+    identical_starts_give_one_batch_and_a_late_exact_retry_returns_it,
     a_second_mutation_in_the_same_turn_uses_the_successor_state_without_a_reload,
     a_follow_up_recall_batch_carries_no_competing_successor,
     the_mcp_endpoint_refuses_callers_without_a_learner_bearer,

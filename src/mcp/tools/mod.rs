@@ -15,6 +15,7 @@ mod recall_answers;
 mod recall_results;
 mod render_picture;
 mod result;
+mod start;
 mod start_exam;
 mod start_recall;
 
