@@ -736,3 +736,51 @@ async fn a_timed_out_handler_gets_one_dispatcher_exit_and_no_second_one() {
     assert_eq!((exits[0].1.as_str(), exits[0].2.as_str(), exits[0].3.as_deref()), ("error", "dispatcher", Some("INTERNAL")));
     t.teardown().await;
 }
+
+/// Contract (unknown outcome): a write whose events were committed but whose result never
+/// reached the coach (the handler is held after its commit; the client gives up) is retried
+/// exactly: the retry returns the stored original result and stores nothing twice. PostgreSQL
+/// only: a lock on the view table holds the handler after its commit without blocking the
+/// commit itself. (The server's own answer to a timed-out handler — `INTERNAL`, "outcome
+/// unknown, retry exactly" — is `a_timed_out_handler_gets_one_dispatcher_exit_and_no_second_one`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exact_retry_after_a_lost_result_returns_the_stored_result() {
+    use sqlx::Connection;
+    let t = Arc::new(crate::helpers::spawn(crate::helpers::Backend::Postgres).await);
+    let c = Arc::new(coach(&t).await);
+    let ctx = c.ctx(&t).await;
+    let args = json!({
+        "expectedStateVersion": ctx["stateVersion"],
+        "clientRequestId": uuid::Uuid::new_v4().to_string(),
+        "decision": {"evidence": "guided", "consent": "closeAndContinue"}
+    });
+    let completed = |t: &TestApp| {
+        let store = t.app.store.clone();
+        async move { store.scan_events(None, 100_000).await.unwrap().iter().filter(|e| e.event_type == "GoalCompleted").count() }
+    };
+    let mut locker = sqlx::PgConnection::connect(&t.db_url).await.unwrap();
+    let mut tx = sqlx::Connection::begin(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE journey_context_view IN ACCESS EXCLUSIVE MODE").execute(&mut *tx).await.unwrap();
+    let first = {
+        let (t, c, args) = (t.clone(), c.clone(), args.clone());
+        tokio::spawn(async move { c.call(&t, "complete_skillpilot_goal", args).await })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while completed(&t).await == 0 {
+        assert!(std::time::Instant::now() < deadline, "the first attempt never committed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Committed, but its result is held back: the coach gives up on it.
+    assert!(!first.is_finished(), "the result is held after the commit");
+    first.abort();
+    tx.rollback().await.unwrap();
+    let (err, retry) = c.call(&t, "complete_skillpilot_goal", args).await;
+    assert!(!err, "the exact retry succeeds: {retry}");
+    assert_eq!(retry["receipt"]["stored"], "goalCompleted", "the original result: {retry}");
+    assert!(retry["receipt"]["mastery"].is_number(), "{retry}");
+    assert_eq!(completed(&t).await, 1, "stored once");
+    drop(c);
+    if let Ok(t) = Arc::try_unwrap(t) {
+        t.teardown().await;
+    }
+}
