@@ -183,7 +183,7 @@ pub struct OptionPayload {
 /// A published option.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OptionView {
-    /// `goal`, `mode`, `continue`, `locale` or `autopilot`.
+    /// `goal`, `mode`, `continue`, `declineExam`, `locale` or `autopilot`.
     pub kind: &'static str,
     /// The option's label in the learner's language.
     pub label: String,
@@ -407,6 +407,10 @@ fn option_view(pack: &Pack, loc: &str, lang: Lang, version: u64, choice: &Option
             view.mode = Some(*mode);
         }
         OptionChoice::Continue => view.label = text::continue_label(lang).to_owned(),
+        OptionChoice::DeclineExam => {
+            view.kind = "declineExam";
+            view.label = text::decline_exam_label(lang).to_owned();
+        }
         OptionChoice::Locale { locale } => {
             view.kind = "locale";
             view.label = text::locale_label(lang, locale);

@@ -47,8 +47,8 @@ pub fn instruction(lang: Lang, action: RequiredAction) -> &'static str {
         (Lang::En, AnswerVerifiedRecall) => "Show all questions and wait until each is answered; then release the reference answers.",
         (Lang::De, RecordVerifiedRecall) => "Beurteile jede Antwort nach ihrer Bedeutung, gib Rückmeldung, hole die Zustimmung ein und speichere dann die Ergebnisse.",
         (Lang::En, RecordVerifiedRecall) => "Judge each answer by its meaning, give feedback, get consent, then store the results.",
-        (Lang::De, OfferExam) => "Die Prüfung ist freigegeben. Biete sie an und starte sie nur mit Zustimmung.",
-        (Lang::En, OfferExam) => "The exam is released. Offer it and start it only with consent.",
+        (Lang::De, OfferExam) => "Die Prüfung ist freigegeben. Biete sie an und starte sie nur mit Zustimmung; möchte die lernende Person sie nicht ablegen, wähle die Option zum Abschließen ohne Prüfung.",
+        (Lang::En, OfferExam) => "The exam is released. Offer it and start it only with consent; if the learner does not want to take it, choose the option to finish without the exam.",
         (Lang::De, AnswerExam) => "Zeige alle Aufgaben und warte auf die vollständige Bearbeitung; gib dann die Lösungen frei.",
         (Lang::En, AnswerExam) => "Show all tasks and wait for the complete work; then release the solutions.",
         (Lang::De, RecordExam) => "Bewerte jede Aufgabe mit Punkten, gib Rückmeldung, hole die Zustimmung ein und speichere dann die Punkte.",
@@ -78,7 +78,15 @@ pub fn mode_label(lang: Lang, mode: Mode) -> &'static str {
     }
 }
 
-/// Label of the continue option.
+/// The label of the option that finishes without the released exam.
+pub fn decline_exam_label(lang: Lang) -> &'static str {
+    match lang {
+        Lang::De => "Ohne Prüfung abschließen",
+        Lang::En => "Finish without the exam",
+    }
+}
+
+/// The label of the option that presents the pre-selected successor.
 pub fn continue_label(lang: Lang) -> &'static str {
     match lang {
         Lang::De => "Weitermachen",

@@ -97,6 +97,9 @@ async fn every_tools_result_matches_its_golden_file(t: Arc<TestApp>) {
     let bad = raw_call(&t, &c, "complete_skillpilot_goal", json!({"expectedStateVersion": -1})).await;
     seen.keep("complete_skillpilot_goal VALIDATION_FAILED", &bad);
     let mut finished = false;
+    // At the exam offer the learner first declines (completion is confirmed), then changes
+    // their mind and takes the exam, which stays available.
+    let (mut declined, mut exam_started) = (false, false);
     for _ in 0..300 {
         let ctx = raw_call(&t, &c, "get_skillpilot_learning_context", json!({})).await;
         seen.keep("get_skillpilot_learning_context", &ctx);
@@ -104,6 +107,7 @@ async fn every_tools_result_matches_its_golden_file(t: Arc<TestApp>) {
         let action = ctx["requiredAction"].as_str().unwrap_or_default().to_owned();
         seen.keep(&format!("get_skillpilot_learning_context {action}"), &json!({"structuredContent": normalized(&ctx)}));
         let workflow = &ctx["openWorkflow"];
+        let mut label = None;
         let (tool, args) = match action.as_str() {
             "teachActiveGoal" => {
                 let stale = json!({"expectedStateVersion": ctx["stateVersion"].as_u64().unwrap() + 7, "clientRequestId": uuid::Uuid::new_v4(),
@@ -131,7 +135,18 @@ async fn every_tools_result_matches_its_golden_file(t: Arc<TestApp>) {
                     json!({"gradingCapability": workflow["gradingCapability"], "assessments": assessments}),
                 )
             }
+            "offerExam" if !declined => {
+                declined = true;
+                label = Some("choose_skillpilot_option declineExam");
+                let decline = ctx["options"].as_array().into_iter().flatten().find(|o| o["kind"] == "declineExam");
+                ("choose_skillpilot_option", json!({"option": decline.expect("the exam offer publishes a decline option")["payload"]}))
+            }
             "offerExam" => ("start_skillpilot_exam", json!({})),
+            "confirmCompletion" if declined && !exam_started => {
+                assert_eq!(ctx["exam"]["released"], true, "declined, the exam stays available: {ctx}");
+                exam_started = true;
+                ("start_skillpilot_exam", json!({}))
+            }
             "answerExam" => ("get_skillpilot_exam_solutions", json!({"examCapability": workflow["examCapability"]})),
             "recordExam" => {
                 let n = workflow["tasks"].as_array().map_or(0, Vec::len);
@@ -147,7 +162,10 @@ async fn every_tools_result_matches_its_golden_file(t: Arc<TestApp>) {
         };
         let result = raw_call(&t, &c, tool, args).await;
         assert_ne!(result["isError"], true, "{tool}: {result}");
-        seen.keep(tool, &result);
+        seen.keep(label.unwrap_or(tool), &result);
+        if label == Some("choose_skillpilot_option declineExam") {
+            assert_eq!(result["structuredContent"]["requiredAction"], "confirmCompletion", "declining confirms completion: {result}");
+        }
         if let Some(call) = result["structuredContent"]["continuation"]["toolCall"].as_object().cloned() {
             let name = call["name"].as_str().unwrap().to_owned();
             let rendered = raw_call(&t, &c, &name, call["arguments"].clone()).await;
@@ -162,7 +180,7 @@ async fn every_tools_result_matches_its_golden_file(t: Arc<TestApp>) {
             seen.keep(&format!("{name} NOT_ALLOWED"), &again);
         }
     }
-    assert!(finished, "the journey reaches its end");
+    assert!(finished && declined && exam_started, "the journey reaches its end, through a declined and then a taken exam");
     for tool in tool_list() {
         let name = tool["name"].as_str().unwrap();
         assert!(seen.0.contains_key(name), "the journey never called {name}: {:?}", seen.0.keys().collect::<Vec<_>>());

@@ -135,6 +135,7 @@ impl Decision {
             OptionChoice::Mode { mode: Mode::Learn } => self.next_goal(pack, now),
             OptionChoice::Mode { mode: Mode::VerifiedRecall } => return self.start_recall(pack, now),
             OptionChoice::Continue => self.advance(pack, now),
+            OptionChoice::DeclineExam => self.emit(JourneyEvent::NextStepDecided { step: NextStep::ConfirmCompletion, at: now }),
         }
         Ok(())
     }

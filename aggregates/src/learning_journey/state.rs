@@ -58,6 +58,8 @@ pub enum OptionChoice {
     },
     /// Present the pre-selected successor.
     Continue,
+    /// Finish without taking the released exam (it stays available).
+    DeclineExam,
     /// Switch the communication locale.
     Locale {
         /// The language to switch the conversation to.
@@ -401,6 +403,9 @@ impl LearningJourney {
             NextStep::ChooseGoal { goals } => goals.iter().map(|g| OptionChoice::Goal { goal_id: g.clone() }).collect(),
             NextStep::ChooseMode => vec![OptionChoice::Mode { mode: Mode::Learn }, OptionChoice::Mode { mode: Mode::VerifiedRecall }],
             NextStep::AwaitContinuation => vec![OptionChoice::Continue],
+            // Contract: completion is confirmed only when nothing is left — the exam taken, or
+            // declined by the learner through this option.
+            NextStep::OfferExam => vec![OptionChoice::DeclineExam],
             _ => Vec::new(),
         }
     }
