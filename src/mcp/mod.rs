@@ -59,9 +59,16 @@ pub fn tool_list() -> Vec<Value> {
     tools::listed().to_vec()
 }
 
-fn error_result(app: &App, err: &AppError, locale: &str) -> Value {
+fn error_result(app: &App, err: &AppError, locale: &str, fresh: Option<&projections::full_context::FullContext>) -> Value {
     let mut body = err.body(locale);
-    if let Some(recovery) = tools::recovery(app, err, locale, &app.settings.start_url()) {
+    // Evidence of a refusal the state decided: the version and the one action allowed now.
+    if let Some(ctx) = fresh {
+        let mut evidence = body["error"].get("evidence").cloned().unwrap_or_else(|| json!({}));
+        evidence["stateVersion"] = json!(ctx.state_version);
+        evidence["allowedAction"] = json!(ctx.required_action);
+        body["error"]["evidence"] = evidence;
+    }
+    if let Some(recovery) = tools::recovery(app, err, locale, &app.settings.start_url(), fresh) {
         body["error"]["recovery"] = recovery;
     }
     body
@@ -124,12 +131,12 @@ impl CoachServer {
                     .map_err(|e| McpError::internal_error(format!("result shape: {e}"), None))
                     .and_then(|structured| call_result(structured, summary, false, meta))
             }
-            Err(tools::Failure { error, locale, journey_id }) => {
+            Err(tools::Failure { error, locale, journey_id, fresh }) => {
                 exit.phase = if error.outcome() == "rejected" { "rejected" } else { "error" };
                 exit.code = Some(error.code());
                 exit.journey_id = journey_id;
                 let finding = error.finding(&locale);
-                call_result(error_result(&self.app, &error, &locale), &finding, true, None)
+                call_result(error_result(&self.app, &error, &locale, fresh.as_deref()), &finding, true, None)
             }
         };
         self.app.metrics.tool(tool_name, exit.phase, started.elapsed().as_secs_f64());
@@ -208,7 +215,7 @@ impl ServerHandler for CoachServer {
                 tracing::error!("tool handler panicked or timed out");
                 self.audit(dispatcher_error(&name, "INTERNAL")).await;
                 let err = AppError::Internal;
-                call_result(error_result(&self.app, &err, &locale), &err.finding(&locale), true, None).map(CallToolResponse::from)
+                call_result(error_result(&self.app, &err, &locale, None), &err.finding(&locale), true, None).map(CallToolResponse::from)
             }
         }
     }

@@ -357,7 +357,18 @@ async fn complete_goal_retries_conflicts_and_key_reuse(t: Arc<TestApp>) {
     let stale = c.call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": v, "clientRequestId": "7a0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}})).await;
     assert_code(&stale, "STATE_CONFLICT");
     assert_eq!(stale.1["outcome"], "rejected");
-    assert_eq!(stale.1["error"]["recovery"]["proposal"]["name"], "get_skillpilot_learning_context");
+    // Contract: the rejection carries the fresh facts — the version and the action allowed now —
+    // and the way on; no reload proposal when the facts fit in the result.
+    let fresh = c.ctx(&t).await;
+    let error = &stale.1["error"];
+    assert_eq!(error["evidence"]["stateVersion"], fresh["stateVersion"], "{}", stale.1);
+    assert_eq!(error["evidence"]["allowedAction"], fresh["requiredAction"], "{}", stale.1);
+    assert_eq!(error["recovery"]["requiredAction"], fresh["requiredAction"], "{}", stale.1);
+    assert_eq!(error["recovery"]["instruction"], fresh["instruction"], "{}", stale.1);
+    assert_ne!(error["recovery"]["proposal"]["name"], "get_skillpilot_learning_context", "{}", stale.1);
+    let offered: Vec<_> = error["recovery"]["options"].as_array().into_iter().flatten().map(|o| o["kind"].clone()).collect();
+    let published: Vec<_> = fresh["options"].as_array().into_iter().flatten().map(|o| o["kind"].clone()).collect();
+    assert_eq!(offered, published, "the options to offer now: {}", stale.1);
     // Nothing is active now: completing again is not allowed by the state.
     let now = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
     refused(&t, &c, "complete_skillpilot_goal", json!({"expectedStateVersion": now, "clientRequestId": "8a0c7c4e-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}}), "NOT_ALLOWED").await;

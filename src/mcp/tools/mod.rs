@@ -22,7 +22,7 @@ mod start_recall;
 use std::sync::{Arc, LazyLock};
 
 use aggregates::learning_journey::{JourneyCommand, LearningJourney};
-use projections::full_context::FullContext;
+use projections::full_context::{FullContext, RequiredAction};
 use projections::text::Lang;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -316,11 +316,29 @@ impl Call<'_> {
 
 /// Why a call failed, in the learner's language where the session was known.
 pub struct Failure {
+    /// What failed.
     pub error: AppError,
     /// The locale its texts are written in.
     pub locale: String,
     /// The journey, once the session was resolved.
     pub journey_id: Option<String>,
+    /// For a refusal the state decided: the full context now, whose facts the rejection
+    /// carries instead of a reload proposal.
+    pub fresh: Option<Box<FullContext>>,
+}
+
+/// Whether a refusal was decided by the state, so the fresh facts explain it and show the way on.
+fn decided_by_state(err: &AppError) -> bool {
+    matches!(
+        err,
+        AppError::NotAllowed
+            | AppError::StateConflict { .. }
+            | AppError::OptionInvalid
+            | AppError::CapabilityUsed
+            | AppError::CapabilityInvalid
+            | AppError::CapabilityExpired
+            | AppError::NotEligible { .. }
+    )
 }
 
 /// Resolves the session for a tool that requires the id.
@@ -335,7 +353,8 @@ async fn session_of(app: &App, principal: &Principal, args: &Value) -> Result<Ac
 /// Runs one call of a tool: session first (docs/tool-contract.md, errors order; the gate only for the context
 /// loader without an id), then the strict validator, then the tool's handler.
 pub async fn dispatch(app: &Arc<App>, principal: &Principal, tool: Tool, args: Value) -> Result<ToolOutput, Failure> {
-    let fail = |error: AppError, locale: &str, journey_id: Option<String>| Failure { error, locale: locale.to_owned(), journey_id };
+    let fail =
+        |error: AppError, locale: &str, journey_id: Option<String>| Failure { error, locale: locale.to_owned(), journey_id, fresh: None };
     let session = if tool == Tool::LearningContext && args.get("learningSessionId").is_none() {
         app.gate(principal).await
     } else {
@@ -346,19 +365,65 @@ pub async fn dispatch(app: &Arc<App>, principal: &Principal, tool: Tool, args: V
     let journey = Some(session.row.journey_id.clone());
     validate(&args, &tool.def().input).map_err(|e| fail(e, &locale, journey.clone()))?;
     let call = Call { app, session: &session, tool };
-    match tool.handle(&call, args).await {
+    let outcome = match tool.handle(&call, args).await {
         // A write that cannot proceed without the learner's decision: the current decision
         // point, unchanged, as a clarification (docs/tool-contract.md, errors) rather than a rejection.
-        Err(AppError::NotAllowed) if tool.def().meta.kind == Kind::Write => {
-            result::clarification(&call).await.map_err(|e| fail(e, &locale, journey.clone()))
+        Err(AppError::NotAllowed) if tool.def().meta.kind == Kind::Write => result::clarification(&call).await,
+        other => other,
+    };
+    match outcome {
+        Ok(output) => Ok(output),
+        Err(error) if decided_by_state(&error) => {
+            // The facts as they are now (a refusal may follow another writer's commit).
+            let fresh = match app.load_journey(&session.row.journey_id).await {
+                Ok(loaded) => Some(Box::new(call.context(&loaded.state))),
+                Err(_) => None,
+            };
+            let locale = fresh.as_ref().map_or(locale, |f| f.communication_locale.clone());
+            Err(Failure { error, locale, journey_id: journey, fresh })
         }
-        other => other.map_err(|e| fail(e, &locale, journey)),
+        Err(error) => Err(fail(error, &locale, journey)),
     }
+}
+
+/// Where a refusal leaves the coach: the instruction and the one action of the current state,
+/// its open workflow and options, and — where the next step is a start the learner consents
+/// to — the server-filled call.
+fn way_on(app: &App, ctx: &FullContext) -> Value {
+    let mut way = json!({"instruction": ctx.instruction, "requiredAction": ctx.required_action});
+    let start = match ctx.required_action {
+        RequiredAction::OfferVerifiedRecall => Some(Tool::StartRecall),
+        RequiredAction::OfferExam => Some(Tool::StartExam),
+        _ => None,
+    };
+    if let Some(tool) = start.filter(|t| app.registry.may_propose(t.name())) {
+        way["proposal"] = json!({"name": tool.name(), "arguments": {"expectedStateVersion": ctx.state_version}, "consentRequired": true});
+    }
+    if let Some(workflow) = &ctx.open_workflow {
+        way["openWorkflow"] = json!(workflow);
+    }
+    if !ctx.options.is_empty() {
+        way["options"] = json!(ctx.options);
+    }
+    way
 }
 
 /// The recovery of an error (docs/tool-contract.md, errors table): the start URL for session errors, a reload
 /// proposal where that is the safe recovery, nothing for malformed calls.
-pub fn recovery(app: &App, err: &AppError, locale: &str, start_url: &str) -> Option<Value> {
+pub fn recovery(app: &App, err: &AppError, locale: &str, start_url: &str, fresh: Option<&FullContext>) -> Option<Value> {
+    // The fresh facts fit in the result: they, not a reload, show the way on.
+    if let Some(ctx) = fresh.filter(|_| decided_by_state(err)) {
+        let mut way = way_on(app, ctx);
+        // What makes the exam eligible comes first, then what to do now.
+        if matches!(err, AppError::NotEligible { .. }) {
+            let lead = match Lang::of(locale) {
+                Lang::De => "Die Prüfung wird freigegeben, sobald alle Ziele gemeistert sind.",
+                Lang::En => "The exam is released once every goal is mastered.",
+            };
+            way["instruction"] = json!(format!("{lead} {}", ctx.instruction));
+        }
+        return Some(way);
+    }
     let lang = Lang::of(locale);
     let say = |de: &str, en: &str| match lang {
         Lang::De => de.to_owned(),
