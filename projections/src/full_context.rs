@@ -319,6 +319,8 @@ pub struct ContextInput<'a> {
     pub now: DateTime<Utc>,
     /// The learner's time zone.
     pub tz: Tz,
+    /// Whether verified recall can run (its tools are bound).
+    pub recall: bool,
 }
 
 /// The required action the state stands at.
@@ -341,7 +343,7 @@ pub fn required_action(state: &LearningJourney) -> RequiredAction {
 
 /// Fold the full context.
 pub fn full_context(input: &ContextInput<'_>, sealer: &dyn Sealer) -> FullContext {
-    let ContextInput { state, pack, now, tz } = input;
+    let ContextInput { state, pack, now, tz, recall } = input;
     let lang = Lang::of(&state.locale);
     let loc = state.locale.as_str();
     let version = state.version;
@@ -359,7 +361,12 @@ pub fn full_context(input: &ContextInput<'_>, sealer: &dyn Sealer) -> FullContex
     let option_view = |choice: &OptionChoice| option_view(pack, loc, lang, version, choice, sealer);
 
     let open_workflow = state.workflow.as_ref().map(|w| open_workflow(pack, loc, w, version, sealer));
-    let action = required_action(state);
+    let options = state.options_at(pack, *now, *recall);
+    // At a finished curriculum with due cards the recall option is the decision to present.
+    let action = match required_action(state) {
+        RequiredAction::ConfirmCompletion if !options.is_empty() => RequiredAction::ChooseOption,
+        action => action,
+    };
     FullContext {
         outcome: "completed",
         learning_session_id: None,
@@ -375,7 +382,7 @@ pub fn full_context(input: &ContextInput<'_>, sealer: &dyn Sealer) -> FullContex
             week: Count { done: counts.week_done, target: counts.week_target },
         },
         open_workflow,
-        options: state.decision_options().iter().map(option_view).collect(),
+        options: options.iter().map(option_view).collect(),
         settings: Settings { autopilot: state.autopilot, options: state.setting_options(pack).iter().map(option_view).collect() },
         required_action: action,
         instruction: text::instruction(lang, action).to_owned(),

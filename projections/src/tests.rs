@@ -42,7 +42,7 @@ fn run(pack: &Arc<Pack>, cmds: Vec<JourneyCommand>) -> LearningJourney {
 }
 
 fn ctx(pack: &Pack, state: &LearningJourney) -> serde_json::Value {
-    serde_json::to_value(full_context(&ContextInput { state, pack, now: t0(), tz: chrono_tz::UTC }, &Plain)).unwrap()
+    serde_json::to_value(full_context(&ContextInput { state, pack, now: t0(), tz: chrono_tz::UTC, recall: true }, &Plain)).unwrap()
 }
 
 #[test]
@@ -109,11 +109,11 @@ fn the_required_action_follows_the_locale_choice_into_english() {
 fn the_persisted_view_leaves_out_time_and_tokens() {
     let pack = pack();
     let s = run(&pack, vec![]);
-    let v = persisted_view(&full_context(&ContextInput { state: &s, pack: &pack, now: t0(), tz: chrono_tz::UTC }, &Plain));
+    let v = persisted_view(&full_context(&ContextInput { state: &s, pack: &pack, now: t0(), tz: chrono_tz::UTC, recall: true }, &Plain));
     assert!(v.get("recall").is_none() && v.get("planStatus").is_none());
     assert!(v["settings"]["options"][0].get("payload").is_none());
     let later = persisted_view(&full_context(
-        &ContextInput { state: &s, pack: &pack, now: t0() + Duration::days(9), tz: chrono_tz::Tz::Asia__Tokyo },
+        &ContextInput { state: &s, pack: &pack, now: t0() + Duration::days(9), tz: chrono_tz::Tz::Asia__Tokyo, recall: true },
         &Plain,
     ));
     assert_eq!(v, later);
@@ -128,8 +128,8 @@ proptest! {
         let s = run(&pack, vec![JourneyCommand::CompleteGoal { evidence, consent: Consent::CloseAndContinue }]);
         let tz = [chrono_tz::UTC, chrono_tz::Tz::Europe__Berlin, chrono_tz::Tz::America__New_York][tz_pick];
         let now = t0() + Duration::hours(hours);
-        let a = full_context(&ContextInput { state: &s, pack: &pack, now, tz }, &Plain);
-        let b = full_context(&ContextInput { state: &s.clone(), pack: &pack.as_ref().clone(), now, tz }, &Plain);
+        let a = full_context(&ContextInput { state: &s, pack: &pack, now, tz, recall: true }, &Plain);
+        let b = full_context(&ContextInput { state: &s.clone(), pack: &pack.as_ref().clone(), now, tz, recall: true }, &Plain);
         prop_assert_eq!(a, b);
     }
 }

@@ -383,12 +383,15 @@ impl App {
 
     /// The full context of a journey now, with tokens sealed by `sealer`.
     pub fn context_of(&self, state: &LearningJourney, pack: &Pack, tz: Tz, sealer: &dyn Sealer) -> FullContext {
-        full_context(&ContextInput { state, pack, now: self.clock.now(), tz }, sealer)
+        full_context(&ContextInput { state, pack, now: self.clock.now(), tz, recall: self.registry.features.recall }, sealer)
     }
 }
 
 /// The persisted (time-independent, token-free) full context of a state.
 pub fn view_of(state: &LearningJourney, pack: &Pack) -> Value {
     // Time and zone do not reach the persisted part; any fixed values do.
-    persisted_view(&full_context(&ContextInput { state, pack, now: DateTime::<Utc>::UNIX_EPOCH, tz: chrono_tz::UTC }, &NoTokens))
+    persisted_view(&full_context(
+        &ContextInput { state, pack, now: DateTime::<Utc>::UNIX_EPOCH, tz: chrono_tz::UTC, recall: true },
+        &NoTokens,
+    ))
 }

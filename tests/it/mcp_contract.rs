@@ -693,7 +693,73 @@ async fn identical_starts_give_one_batch_and_a_late_exact_retry_returns_it(t: Ar
     }
 }
 
+/// A learner in Berlin with a session started there; returns the coach for it.
+async fn berlin_coach(t: &TestApp, token: &str) -> Coach {
+    let principal = t.principal(token).await;
+    let zone = StartSession { time_zone: Some("Europe/Berlin".into()), ..Default::default() };
+    t.app.start_session(&principal, zone).await.unwrap();
+    let (err, ctx) = call(t, token, "get_skillpilot_learning_context", json!({})).await;
+    assert!(!err, "{ctx}");
+    Coach { token: token.to_owned(), sid: ctx["learningSessionId"].as_str().unwrap().to_owned() }
+}
+
+/// Contract: a returning learner gets their due recall. The curriculum is finished (the exam
+/// declined: completion to confirm); weeks pass — across the change to summer time in the
+/// learner's zone — and the cards fall due: the next context offers the recall as a published
+/// option in the learner's language, and choosing it starts the batch.
+async fn a_returning_learner_after_the_end_is_offered_the_due_recall(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    let c = berlin_coach(&t, &token).await;
+    let ctx = c.ctx(&t).await;
+    c.call(&t, "choose_skillpilot_option", json!({"option": published(&ctx, "autopilot", "", "")})).await;
+    let mut ctx = c.ctx(&t).await;
+    for _ in 0..200 {
+        if ctx["requiredAction"] == "offerExam" {
+            break;
+        }
+        let workflow = ctx["openWorkflow"].clone();
+        let (tool, args) = match ctx["requiredAction"].as_str().unwrap() {
+            "teachActiveGoal" => (
+                "complete_skillpilot_goal",
+                json!({"expectedStateVersion": ctx["stateVersion"], "clientRequestId": uuid::Uuid::new_v4(), "decision": {"evidence": "independent", "consent": "closeAndContinue"}}),
+            ),
+            "offerVerifiedRecall" => ("start_skillpilot_verified_recall", json!({})),
+            "answerVerifiedRecall" => ("get_skillpilot_verified_recall_answers", json!({"batchCapability": workflow["batchCapability"]})),
+            "recordVerifiedRecall" => {
+                let n = workflow["questions"].as_array().unwrap().len();
+                (
+                    "record_skillpilot_verified_recall_results",
+                    json!({"gradingCapability": workflow["gradingCapability"], "assessments": vec![json!({"passed": true}); n]}),
+                )
+            }
+            "chooseOption" => ("choose_skillpilot_option", json!({"option": ctx["options"][0]["payload"]})),
+            other => panic!("unexpected {other}: {ctx}"),
+        };
+        let (err, result) = c.call(&t, tool, args).await;
+        assert!(!err, "{tool}: {result}");
+        ctx = c.ctx(&t).await;
+    }
+    assert_eq!(ctx["requiredAction"], "offerExam", "{ctx}");
+    let (err, declined) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&ctx, "declineExam", "", "")})).await;
+    assert!(!err, "{declined}");
+    assert_eq!(declined["requiredAction"], "confirmCompletion", "nothing due yet: {declined}");
+    // Four weeks later, past the last Sunday of March (summer time in Berlin).
+    t.clock.advance(chrono::Duration::days(28));
+    let c = berlin_coach(&t, &token).await;
+    let back = c.ctx(&t).await;
+    assert!(back["recall"]["dueCards"].as_u64().unwrap() > 0, "cards fell due: {back}");
+    assert_eq!(back["requiredAction"], "chooseOption", "the due recall is the decision to present: {back}");
+    let recall = back["options"].as_array().unwrap().iter().find(|o| o["kind"] == "mode" && o["mode"] == "verifiedRecall").cloned();
+    let recall = recall.unwrap_or_else(|| panic!("a recall option: {back}"));
+    assert_eq!(recall["label"], "Gelerntes abfragen", "in the learner's language");
+    let (err, started) = c.call(&t, "choose_skillpilot_option", json!({"option": recall["payload"]})).await;
+    assert!(!err, "{started}");
+    assert_eq!(started["receipt"]["stored"], "recallStarted", "{started}");
+    assert!(!started["questions"].as_array().unwrap().is_empty(), "{started}");
+}
+
 both_stores!(
+    a_returning_learner_after_the_end_is_offered_the_due_recall,
     identical_starts_give_one_batch_and_a_late_exact_retry_returns_it,
     a_second_mutation_in_the_same_turn_uses_the_successor_state_without_a_reload,
     a_follow_up_recall_batch_carries_no_competing_successor,

@@ -125,7 +125,7 @@ impl Decision {
     }
 
     fn choose(&mut self, pack: &Pack, choice: OptionChoice, now: DateTime<Utc>) -> Result<(), JourneyError> {
-        if !self.state.is_published(pack, &choice) {
+        if !self.state.is_published(pack, &choice, now, self.features.recall) {
             return Err(JourneyError::OptionInvalid);
         }
         match choice {

@@ -418,9 +418,21 @@ impl LearningJourney {
         out
     }
 
-    /// Whether a choice is published for the current state.
-    pub fn is_published(&self, pack: &Pack, choice: &OptionChoice) -> bool {
-        self.decision_options().contains(choice) || self.setting_options(pack).contains(choice)
+    /// The decision-point options at `now`. A finished curriculum (completion to confirm, or the
+    /// exam on offer) also offers the cards that fell due since as a recall option, when verified
+    /// recall can run: a returning learner gets their due recall.
+    pub fn options_at(&self, pack: &Pack, now: DateTime<Utc>, recall: bool) -> Vec<OptionChoice> {
+        let mut options = self.decision_options();
+        let finished = matches!(self.next, NextStep::ConfirmCompletion | NextStep::OfferExam | NextStep::None);
+        if finished && self.workflow.is_none() && recall && !self.due_cards(pack, now).is_empty() {
+            options.push(OptionChoice::Mode { mode: Mode::VerifiedRecall });
+        }
+        options
+    }
+
+    /// Whether a choice is published for the current state at `now`.
+    pub fn is_published(&self, pack: &Pack, choice: &OptionChoice, now: DateTime<Utc>, recall: bool) -> bool {
+        self.options_at(pack, now, recall).contains(choice) || self.setting_options(pack).contains(choice)
     }
 }
 
