@@ -2,14 +2,9 @@
 //! hands all questions over at once.
 
 use aggregates::learning_journey::JourneyCommand;
-use serde::de::IgnoredAny;
-use serde::Deserialize;
 
-use super::result::workflow_result;
-use super::start::start;
-use super::{manifest, meta, session_id, Call, ToolDef, ToolOutput, ALL_EXITS, SESSION_NEED};
+use super::{manifest, meta, start, Call, ToolDef, ToolOutput, ALL_EXITS, SESSION_NEED};
 use crate::error::AppError;
-use crate::mcp::schema::{opt, Shape, Text};
 use crate::registry::{Kind, Need, Role};
 
 pub(super) fn definition() -> ToolDef {
@@ -29,26 +24,13 @@ pub(super) fn definition() -> ToolDef {
         ),
         title: "Start a recall check",
         idempotent: true,
-        input: Shape::Object(vec![
-            session_id(),
-            opt("clientRequestId", Shape::String(Text::Uuid)),
-            opt("expectedStateVersion", Shape::Count),
-        ]),
+        input: start::input(),
         widget: false,
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) struct Args {
-    /// Resolved before the arguments are read.
-    #[serde(rename = "learningSessionId")]
-    _session: IgnoredAny,
-    client_request_id: Option<String>,
-    expected_state_version: Option<u64>,
-}
+pub(super) use start::Args;
 
 pub(super) async fn handle(call: &Call<'_>, args: Args) -> Result<ToolOutput, AppError> {
-    let executed = start(call, JourneyCommand::StartRecall, args.client_request_id, args.expected_state_version).await?;
-    workflow_result(call, &executed)
+    start::handle(call, JourneyCommand::StartRecall, args).await
 }
