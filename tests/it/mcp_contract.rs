@@ -758,7 +758,23 @@ async fn a_returning_learner_after_the_end_is_offered_the_due_recall(t: Arc<Test
     assert!(!started["questions"].as_array().unwrap().is_empty(), "{started}");
 }
 
+/// Contract (retry identity, journey start): two first session starts racing over real HTTP for
+/// a journey that does not exist yet both succeed, on one journey with one `JourneyStarted` —
+/// the loser's start finds the journey started, never a `STATE_CONFLICT`.
+async fn identical_first_session_starts_begin_one_journey(t: Arc<TestApp>) {
+    let token = t.learner("Ada").await;
+    let start = || t.http.post(format!("{}/v1/learning-sessions", t.base_url)).bearer_auth(&token).json(&json!({"timeZone": "UTC"})).send();
+    let (a, b) = tokio::join!(start(), start());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (201, 201));
+    let events = t.app.store.scan_events(None, 100_000).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.event_type == "JourneyStarted").count(), 1, "one journey started");
+    let journeys: std::collections::BTreeSet<_> = events.iter().map(|e| e.aggregate_id.clone()).collect();
+    assert_eq!(journeys.len(), 1, "one journey");
+}
+
 both_stores!(
+    identical_first_session_starts_begin_one_journey,
     a_returning_learner_after_the_end_is_offered_the_due_recall,
     identical_starts_give_one_batch_and_a_late_exact_retry_returns_it,
     a_second_mutation_in_the_same_turn_uses_the_successor_state_without_a_reload,
