@@ -198,7 +198,14 @@ impl App {
     ) -> Result<Executed, AppError> {
         let started = std::time::Instant::now();
         let name = request.command.name();
-        let result = self.execute_inner(request, start_pack, seen).await;
+        let result = match self.execute_inner(request.clone(), start_pack.clone(), seen).await {
+            // A command without a version the caller saw (a start, say) that lost a race decides
+            // once more on the fresh state: a start then finds the batch the winner opened.
+            Err(AppError::StateConflict { .. }) if request.expected_version.is_none() => {
+                self.execute_inner(request, start_pack, None).await
+            }
+            other => other,
+        };
         let outcome = match &result {
             Ok(e) if e.replayed => "replayed",
             Ok(_) => "applied",

@@ -49,10 +49,7 @@ async fn start(
         request_id: id.to_ascii_lowercase(),
         replay_hash: replay_hash(&json!({"tool": call.tool.name(), "expectedStateVersion": expected})),
     });
-    match call.execute(call.command(command.clone(), expected, identity.clone())).await {
-        // Lost the race for the version to an identical start: on the fresh state the start
-        // finds the batch the winner opened and returns it.
-        Err(AppError::StateConflict { .. }) if expected.is_none() => call.app.execute(call.command(command, None, identity), None).await,
-        other => other,
-    }
+    // Losing a race to an identical start is the command service's to settle: it decides once
+    // more on the fresh state, where the start finds the batch the winner opened.
+    call.execute(call.command(command, expected, identity)).await
 }
