@@ -69,12 +69,13 @@ pub(super) async fn replay(app: &App, swap: bool) -> anyhow::Result<i32> {
 pub(super) fn print_bench(r: &serde_json::Value) {
     println!("store: {}", r["store"].as_str().unwrap_or(""));
     println!(
-        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
-        "coaches", "writes/s", "reads/s", "w p50 ms", "w p99 ms", "inserts/s", "ins p99 ms"
+        "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>10} {:>12} {:>12} {:>10}",
+        "coaches", "writes/s", "reads/s", "w p50 ms", "w p99 ms", "inserts/s", "ins p99 ms", "pgbench/s", "cpu/w+r ms", "cpu/ins ms", "flush/w"
     );
+    let num = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
     for l in r["levels"].as_array().into_iter().flatten() {
         println!(
-            "{:>6} {:>10.0} {:>10.0} {:>10.2} {:>10.2} {:>12.0} {:>12.2}",
+            "{:>6} {:>10.0} {:>10.0} {:>10.2} {:>10.2} {:>12.0} {:>12.2} {:>10} {:>12} {:>12} {:>10}",
             l["concurrency"].as_u64().unwrap_or(0),
             l["load"]["writes"]["per_second"].as_f64().unwrap_or(0.0),
             l["load"]["reads"]["per_second"].as_f64().unwrap_or(0.0),
@@ -82,8 +83,15 @@ pub(super) fn print_bench(r: &serde_json::Value) {
             l["load"]["writes"]["p99_ms"].as_f64().unwrap_or(0.0),
             l["baseline_insert"]["per_second"].as_f64().unwrap_or(0.0),
             l["baseline_insert"]["p99_ms"].as_f64().unwrap_or(0.0),
+            l["pgbench_insert"]["per_second"].as_f64().map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
+            num(&l["cost_per_write_with_its_read"]["cpu_ms"]),
+            num(&l["cost_per_insert"]["cpu_ms"]),
+            num(&l["cost_per_write_with_its_read"]["wal_flushes"]),
         );
     }
+    println!("per write at concurrency {} (with its read): {}", r["ratios_at_concurrency"], r["cost_per_write_with_its_read"]);
+    println!("per read alone: {}", r["cost_per_read"]);
+    println!("per insert: {}", r["cost_per_insert"]);
     println!("ratios at concurrency {}:", r["ratios_at_concurrency"]);
     let verdicts = crate::bench::verdicts(&r["ratios"], &r["targets"]);
     for v in &verdicts {

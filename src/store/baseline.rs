@@ -4,13 +4,12 @@
 use super::{on_writer, Store, StoreError};
 
 impl Store {
-    /// One single-row insert transaction into the benchmark baseline table.
+    /// One single-row autocommit insert into the benchmark baseline table: one round trip,
+    /// one commit, as PostgreSQL's own `pgbench` does it.
     pub async fn baseline_insert(&self, payload: &str) -> Result<(), StoreError> {
         // The same writer discipline as the service's own writes.
         on_writer!(self, pool => {
-            let mut tx = pool.begin().await?;
-            sqlx::query("INSERT INTO bench_baseline (payload) VALUES ($1)").bind(payload).execute(&mut *tx).await?;
-            tx.commit().await?;
+            sqlx::query("INSERT INTO bench_baseline (payload) VALUES ($1)").bind(payload).execute(pool).await?;
             Ok(())
         })
     }

@@ -1,8 +1,12 @@
 //! `skillpilot bench`: drives the real `/mcp` endpoint of a `skillpilot serve` child process
 //! with N concurrent simulated coaches running the golden journey's mix, and measures in the
-//! same run the store's physical baseline (single-row insert transactions through the same
-//! driver and pool size), replay against a raw scan, write latency on a 10,000-event journey
-//! against a fresh one, and the server's peak RSS. Prints a table, or one JSON object.
+//! same run the store's physical limit (single-row autocommit inserts, one round trip each,
+//! through the same driver with a connection per writer, and on PostgreSQL also `pgbench`),
+//! the CPU, WAL and statements each command and each insert cost ([`meter`]), replay against
+//! a raw scan, write latency on a 10,000-event journey against a fresh one, and the server's
+//! peak RSS. Prints a table, or one JSON object.
+
+mod meter;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,7 +25,8 @@ use crate::app::App;
 use crate::clock::SystemClock;
 use crate::config::Settings;
 use crate::mcp::tools::Tool;
-use crate::store::DbUrl;
+use crate::store::{DbUrl, PoolSettings, Store};
+use meter::{cost, Client, Meter};
 
 /// What `skillpilot bench` runs: concurrency levels, duration, store and content.
 #[derive(Clone, Debug)]
@@ -303,19 +308,22 @@ async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Du
     Ok(stats(lat, secs))
 }
 
-async fn baseline(app: &Arc<App>, concurrency: usize, duration: Duration) -> anyhow::Result<Value> {
-    app.store.baseline_clear().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+/// Single-row autocommit inserts from `concurrency` writers, each with its own connection.
+async fn baseline(db: &str, concurrency: usize, duration: Duration) -> anyhow::Result<Value> {
+    let settings = PoolSettings { max_connections: u32::try_from(concurrency.max(1)).unwrap_or(u32::MAX), ..PoolSettings::default() };
+    let store = Arc::new(Store::connect(&DbUrl::parse(db), &settings).await.map_err(|e| anyhow::anyhow!("{e}"))?);
+    store.baseline_clear().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let deadline = Instant::now() + duration;
     let started = Instant::now();
     let latencies = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (app, latencies) = (app.clone(), latencies.clone());
+        let (store, latencies) = (store.clone(), latencies.clone());
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             while Instant::now() < deadline {
                 let t = Instant::now();
-                if app.store.baseline_insert("{\"bench\":true}").await.is_ok() {
+                if store.baseline_insert("{\"bench\":true}").await.is_ok() {
                     mine.push(t.elapsed().as_secs_f64());
                 }
             }
@@ -327,7 +335,42 @@ async fn baseline(app: &Arc<App>, concurrency: usize, duration: Duration) -> any
     }
     let secs = started.elapsed().as_secs_f64();
     let mut l = latencies.lock().await;
+    store.close().await;
     Ok(stats(&mut l, secs))
+}
+
+/// PostgreSQL's own load tool on the same single-row insert, when it is installed: transactions
+/// per second and average latency, or `None`.
+async fn pgbench(url: &str, concurrency: usize, duration: Duration) -> Option<Value> {
+    let script = std::env::temp_dir().join(format!("skillpilot-pgbench-{}.sql", uuid::Uuid::new_v4().simple()));
+    // pgbench reads `:name` as a variable, so the payload has no colon.
+    std::fs::write(&script, "INSERT INTO bench_baseline (payload) VALUES ('bench');\n").ok()?;
+    let output = tokio::process::Command::new("pgbench")
+        .args(["-n", "-M", "prepared", "-c", &concurrency.to_string(), "-j", &concurrency.min(2).to_string()])
+        .args(["-T", &duration.as_secs().max(1).to_string(), "-f"])
+        .arg(&script)
+        .arg(url)
+        .output()
+        .await;
+    let _ = std::fs::remove_file(&script);
+    let output = match output {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("bench: pgbench not run ({e}); the insert limit is the driver's");
+            return None;
+        }
+    };
+    let text = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() || !text.contains("tps = ") || String::from_utf8_lossy(&output.stderr).contains("aborted") {
+        eprintln!("bench: pgbench failed: {}", String::from_utf8_lossy(&output.stderr).lines().last().unwrap_or("no output"));
+        return None;
+    }
+    let number_after = |prefix: &str| {
+        text.lines().find_map(|l| l.trim().strip_prefix(prefix)).and_then(|rest| rest.split_whitespace().next()).and_then(|n| n.parse::<f64>().ok())
+    };
+    let tps = number_after("tps = ")?;
+    let transactions = number_after("number of transactions actually processed: ");
+    Some(json!({"per_second": tps, "latency_avg_ms": number_after("latency average = "), "requests": transactions}))
 }
 
 /// Median latency of `n` option choices on a journey, each after its own context read (only the
@@ -408,25 +451,74 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     let store = app.store.kind();
     eprintln!("bench: {store} store, concurrency {:?}, {} s per level", options.concurrency, options.duration);
 
+    let pg_url = match DbUrl::parse(db) {
+        DbUrl::Postgres(url) => Some(url),
+        DbUrl::Sqlite(_) => None,
+    };
+    let pg_pool = match &pg_url {
+        Some(url) => Some(sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(url).await.context("meter connection")?),
+        None => None,
+    };
+    let meter = Meter::new(server.process.id(), pg_pool).await;
+
     let mut levels = Vec::new();
     let mut by_level = BTreeMap::new();
     for &c in &options.concurrency {
+        let r0 = meter.read(true).await;
         let (report, write_rate, read_rate) = load(&app, &server.base, c, duration).await?;
-        let base = baseline(&app, c, duration).await?;
+        let r1 = meter.read(true).await;
+        let base = baseline(db, c, duration).await?;
+        let r2 = meter.read(true).await;
+        let writes = report["writes"]["requests"].as_f64().unwrap_or(0.0);
+        let reads = report["reads"]["requests"].as_f64().unwrap_or(0.0);
+        let write_cost = cost(&r0, &r1, writes, Client::Server);
+        let insert_cost = cost(&r1, &r2, base["requests"].as_f64().unwrap_or(0.0), Client::Bench);
+        let pgbench = match &pg_url {
+            Some(url) => {
+                let before = meter.read(false).await;
+                let run = pgbench(url, c, duration).await;
+                let after = meter.read(true).await;
+                run.map(|mut r| {
+                    // pgbench's own CPU is not counted (it is not a child this process can read
+                    // after its exit): the database's share per insert is.
+                    r["cost"] = cost(&before, &after, r["requests"].as_f64().unwrap_or(0.0), Client::Bench);
+                    r
+                })
+            }
+            None => None,
+        };
         eprintln!(
-            "bench: c={c}: writes {write_rate:.0}/s, reads {read_rate:.0}/s, baseline inserts {:.0}/s",
-            base["per_second"].as_f64().unwrap_or(0.0)
+            "bench: c={c}: writes {write_rate:.0}/s, reads {read_rate:.0}/s, inserts {:.0}/s{}; CPU per write (with its read) {:.2} ms, per insert {:.3} ms",
+            base["per_second"].as_f64().unwrap_or(0.0),
+            pgbench.as_ref().map(|p| format!(", pgbench {:.0}/s", p["per_second"].as_f64().unwrap_or(0.0))).unwrap_or_default(),
+            write_cost["cpu_ms"].as_f64().unwrap_or(f64::NAN),
+            insert_cost["cpu_ms"].as_f64().unwrap_or(f64::NAN),
         );
-        by_level.insert(c, (report.clone(), base.clone(), write_rate, read_rate));
-        levels.push(json!({"concurrency": c, "load": report, "baseline_insert": base}));
+        by_level.insert(c, (report.clone(), base.clone(), write_rate, read_rate, write_cost.clone(), insert_cost.clone(), pgbench.clone()));
+        levels.push(json!({
+            "concurrency": c,
+            "load": report,
+            "baseline_insert": base,
+            "pgbench_insert": pgbench,
+            "cost_per_write_with_its_read": write_cost,
+            "reads_per_write": if writes > 0.0 { Some(reads / writes) } else { None },
+            "cost_per_insert": insert_cost,
+        }));
     }
     let key_level = if options.concurrency.contains(&16) { 16 } else { options.concurrency[0] };
-    let (report, base, write_rate, _mixed_read_rate) = by_level.get(&key_level).cloned().context("no level measured")?;
+    let (report, base, write_rate, mixed_read_rate, write_cost, insert_cost, pgbench_key) =
+        by_level.get(&key_level).cloned().context("no level measured")?;
     // In the journey's mix every turn has one read and about one write, so the mix cannot show
     // read capacity: it is measured on its own at the same concurrency.
+    let r0 = meter.read(true).await;
     let read_capacity = reads_only(&app, &server.base, key_level, duration).await?;
+    let r1 = meter.read(true).await;
+    let read_cost = cost(&r0, &r1, read_capacity["requests"].as_f64().unwrap_or(0.0), Client::Server);
     let read_rate = read_capacity["per_second"].as_f64().unwrap_or(0.0);
-    eprintln!("bench: c={key_level}: context reads alone {read_rate:.0}/s");
+    eprintln!("bench: c={key_level}: context reads alone {read_rate:.0}/s, CPU per read {:.2} ms", read_cost["cpu_ms"].as_f64().unwrap_or(f64::NAN));
+    // A write's own CPU: the mix's cost less its reads, each priced as a read alone costs.
+    let write_cpu = write_cost["cpu_ms"].as_f64().zip(read_cost["cpu_ms"].as_f64()).map(|(w, r)| w - r * mixed_read_rate / write_rate);
+    let one_coach_flushes = by_level.get(&1).and_then(|l| l.4["wal_flushes"].as_f64());
 
     // Replay against a raw scan of the same log.
     let t = Instant::now();
@@ -488,15 +580,22 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     }
     let rss_after = server.peak_rss_kib();
 
-    let write_insert = write_rate / base["per_second"].as_f64().unwrap_or(f64::NAN);
+    // The real limit: PostgreSQL's own tool where it ran, else the driver's autocommit inserts.
+    let insert_limit = pgbench_key.as_ref().and_then(|p| p["per_second"].as_f64()).or(base["per_second"].as_f64()).unwrap_or(f64::NAN);
     let ratios = json!({
-        "write_vs_insert": write_insert,
+        "write_vs_insert": write_rate / insert_limit,
+        "write_cpu_vs_insert_cpu": write_cpu.zip(insert_cost["cpu_ms"].as_f64()).map(|(w, i)| w / i),
+        "wal_flushes_per_write_at_one_coach": one_coach_flushes,
         "read_vs_write": read_rate / write_rate,
         "replay_vs_scan": replay_rate / scan_rate,
         "write_p99_vs_insert_p99": report["writes"]["p99_ms"].as_f64().unwrap_or(f64::NAN) / base["p99_ms"].as_f64().unwrap_or(f64::NAN),
         "long_stream_write_p50_vs_fresh": long_p50 / fresh_p50,
     });
-    let targets = json!({"write_vs_insert": ">= 0.5", "read_vs_write": ">= 2", "replay_vs_scan": ">= 0.25", "write_p99_vs_insert_p99": "<= 4", "long_stream_write_p50_vs_fresh": "<= 1.5"});
+    let mut targets = json!({"write_vs_insert": ">= 0.12", "write_cpu_vs_insert_cpu": "<= 8", "read_vs_write": ">= 2", "replay_vs_scan": ">= 0.25", "write_p99_vs_insert_p99": "<= 4", "long_stream_write_p50_vs_fresh": "<= 1.5"});
+    // WAL flushes are PostgreSQL's counter, judged when the run had a level with one coach.
+    if pg_url.is_some() && options.concurrency.contains(&1) {
+        targets["wal_flushes_per_write_at_one_coach"] = json!("<= 1.1");
+    }
     let verdict: serde_json::Map<String, Value> =
         verdicts(&ratios, &targets).into_iter().map(|v| (v.name, json!(if v.met { "met" } else { "missed" }))).collect();
     let out = json!({
@@ -507,6 +606,12 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
         "targets": targets,
         "levels": levels,
         "read_capacity": read_capacity,
+        "cost_per_read": read_cost,
+        "cpu_ms_per_write": write_cpu,
+        "cost_per_write_with_its_read": write_cost,
+        "cost_per_insert": insert_cost,
+        "insert_limit_per_second": insert_limit,
+        "insert_limit_source": if pgbench_key.is_some() { "pgbench" } else { "driver" },
         "replay": {"events": replay.events, "events_per_second": replay_rate, "raw_scan_events_per_second": scan_rate},
         "long_stream": {"events": options.long_journey_events, "write_p50_ms": long_p50 * 1000.0, "fresh_write_p50_ms": fresh_p50 * 1000.0},
         "rss": {"journeys": options.rss_journeys, "journeys_read": read_ok, "peak_kib_before": rss_before, "peak_kib_after": rss_after},
