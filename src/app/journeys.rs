@@ -1,8 +1,9 @@
 //! The command service (docs/tool-contract.md, errors, §5.7): load the journey (snapshot + tail), look up the
-//! idempotency record, check `expectedStateVersion`, let the aggregate decide, append the
-//! events with their metadata and chain hashes in one transaction, then update the view and the
-//! snapshot. See `docs/adr/0001-idempotency-and-chain-in-event-metadata.md` for why the
-//! idempotency record and the chain ride in each event's metadata.
+//! idempotency record, check `expectedStateVersion`, let the aggregate decide, then commit the
+//! events with their metadata and chain hashes, the view row of the state they reach, a due
+//! snapshot and the tool call's audit rows in one transaction (ADR 0006). See
+//! `docs/adr/0001-idempotency-and-chain-in-event-metadata.md` for why the idempotency record
+//! and the chain ride in each event's metadata.
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use super::tokens::NoTokens;
 use super::App;
 use crate::error::AppError;
 use crate::store::chain::{chain_hash, Link, GENESIS};
-use crate::store::{Snapshot, StoreError, StoredEvent, ViewTable};
+use crate::store::{Commit, Snapshot, StoreError, StoredEvent, ToolCallRow, ViewTable};
 
 /// A snapshot is written when this many events were appended since the last one.
 pub const SNAPSHOT_EVERY: u64 = 25;
@@ -52,6 +53,38 @@ pub struct RequestIdentity {
     pub replay_hash: String,
 }
 
+/// The tool call a command runs in: its audit rows commit with the command's events.
+#[derive(Clone, Debug)]
+pub struct CallAudit {
+    pub call_id: String,
+    pub tool: &'static str,
+    /// When the call started, epoch milliseconds (the `started` row's time).
+    pub started_ms: i64,
+    pub started: std::time::Instant,
+}
+
+impl CallAudit {
+    /// The call's `started` row and its `completed` exit, for a commit of `appended` events.
+    pub fn rows(&self, journey_id: &str, appended: usize, now_ms: i64) -> Vec<ToolCallRow> {
+        let row = |phase: &'static str, at_ms: i64| ToolCallRow {
+            call_id: self.call_id.clone(),
+            phase,
+            writer: "handler",
+            tool: self.tool.to_owned(),
+            journey_id: None,
+            code: None,
+            events_appended: 0,
+            duration_ms: None,
+            at_ms,
+        };
+        let mut exit = row("completed", now_ms);
+        exit.journey_id = Some(journey_id.to_owned());
+        exit.events_appended = i64::try_from(appended).unwrap_or(i64::MAX);
+        exit.duration_ms = i64::try_from(self.started.elapsed().as_millis()).ok();
+        vec![row("started", self.started_ms), exit]
+    }
+}
+
 /// One command to run.
 #[derive(Clone, Debug)]
 pub struct CommandRequest {
@@ -63,6 +96,8 @@ pub struct CommandRequest {
     /// The tool or entry point (metadata).
     pub tool: &'static str,
     pub actor: Actor,
+    /// The tool call, whose audit rows commit with the events; `None` outside tool calls.
+    pub call: Option<CallAudit>,
 }
 
 /// A journey as loaded.
@@ -250,7 +285,25 @@ impl App {
         }
 
         let serialized = self.serialize(&request, &loaded, &events, now)?;
-        match self.store.append(&serialized).await {
+        let mut state = loaded.state.clone();
+        let mut committed = Vec::with_capacity(events.len());
+        for (event, stored) in events.into_iter().zip(&serialized) {
+            state.apply(event.clone());
+            committed.push((stored.sequence as u64, event));
+        }
+        let last_hash = serialized.last().map(chain_of).unwrap_or_else(|| loaded.last_hash.clone());
+        let snapshot = (state.version - loaded.snapshot_version >= SNAPSHOT_EVERY)
+            .then(|| serde_json::to_value(&state).map_err(|e| tracing::error!(error = %e, "cannot serialize a snapshot")).ok())
+            .flatten()
+            .map(|value| (request.journey_id.clone(), Snapshot { version: state.version, chain_hash: last_hash.clone(), state: value }));
+        let snapshot_version = if snapshot.is_some() { state.version } else { loaded.snapshot_version };
+        let commit = Commit {
+            audit: request.call.as_ref().map(|c| c.rows(&request.journey_id, serialized.len(), now.timestamp_millis())).unwrap_or_default(),
+            events: serialized,
+            view: Some((request.journey_id.clone(), state.version, view_of(&state, &pack))),
+            snapshot,
+        };
+        match self.writer.commit(commit).await {
             Ok(()) => {}
             Err(StoreError::Conflict) => {
                 // Of two concurrent calls with the same key, one writes and the other gets the
@@ -265,15 +318,6 @@ impl App {
             }
             Err(other) => return Err(other.into()),
         }
-
-        let mut state = loaded.state;
-        let mut committed = Vec::with_capacity(events.len());
-        for (event, stored) in events.into_iter().zip(&serialized) {
-            state.apply(event.clone());
-            committed.push((stored.sequence as u64, event));
-        }
-        let last_hash = serialized.last().map(chain_of).unwrap_or_else(|| loaded.last_hash.clone());
-        let snapshot_version = self.after_commit(&request.journey_id, &state, &pack, &last_hash, loaded.snapshot_version).await;
         self.journeys.put(request.journey_id.clone(), Loaded { state: state.clone(), last_hash, snapshot_version });
         Ok(Executed { state, committed, replayed: false, pack })
     }
@@ -340,33 +384,6 @@ impl App {
             });
         }
         Ok(out)
-    }
-
-    /// The view and the snapshot follow the commit. A failure here loses nothing: the events
-    /// are durable, the view records its version and is caught up at the next start. Returns
-    /// the version the newest snapshot reflects.
-    async fn after_commit(&self, journey_id: &str, state: &LearningJourney, pack: &Pack, last_hash: &str, snapshot_version: u64) -> u64 {
-        let view = view_of(state, pack);
-        if let Err(e) = self
-            .side
-            .write(super::side_writer::SideRow::View { journey_id: journey_id.to_owned(), version: state.version, payload: view })
-            .await
-        {
-            tracing::warn!(error = %e, "view update deferred to catch-up");
-        }
-        if state.version - snapshot_version >= SNAPSHOT_EVERY {
-            match serde_json::to_value(state) {
-                Ok(value) => {
-                    let snapshot = Snapshot { version: state.version, chain_hash: last_hash.to_owned(), state: value };
-                    match self.store.save_snapshot(journey_id, &snapshot).await {
-                        Ok(()) => return state.version,
-                        Err(e) => tracing::warn!(error = %e, "snapshot deferred"),
-                    }
-                }
-                Err(e) => tracing::error!(error = %e, "cannot serialize a snapshot"),
-            }
-        }
-        snapshot_version
     }
 
     /// Brings every view row up to its stream's head (after a crash between commit and view).

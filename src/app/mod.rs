@@ -10,8 +10,8 @@ pub(crate) mod operator;
 pub(crate) mod outbound;
 pub(crate) mod quota;
 pub mod sessions;
-pub(crate) mod side_writer;
 pub mod tokens;
+pub(crate) mod writer;
 
 use std::sync::Arc;
 
@@ -28,8 +28,8 @@ use tokens::Keys;
 /// The application: shared by every request.
 pub struct App {
     pub store: Arc<Store>,
-    /// Group commit of audit and view rows.
-    pub side: side_writer::SideWriter,
+    /// The write path's commits (one per command) and the audit rows of no commit.
+    pub writer: writer::Writer,
     pub catalog: Catalog,
     /// The injected clock.
     pub clock: Arc<dyn Clock>,
@@ -133,7 +133,7 @@ impl App {
             .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
         store.migrate().await.context("cannot apply the migrations")?;
         let store = Arc::new(store);
-        let side = side_writer::SideWriter::start(store.clone());
+        let writer = writer::Writer::start(store.clone());
         let registry = Registry::start(tools, &lock);
         let settings_cache = settings.journey_cache;
         let (journeys, principals) = (Bounded::new(settings_cache), Bounded::new(settings_cache));
@@ -143,7 +143,7 @@ impl App {
         };
         let app = Arc::new(Self {
             store,
-            side,
+            writer,
             catalog,
             clock,
             settings,

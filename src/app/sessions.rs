@@ -96,6 +96,7 @@ impl App {
                 identity: None,
                 tool: "start_learning_session",
                 actor: Actor::Learner,
+                call: None,
             };
             match self.execute(start, Some(pack.clone())).await {
                 // A concurrent first start won the race: the journey is started either way.

@@ -366,7 +366,10 @@ async fn pgbench(url: &str, concurrency: usize, duration: Duration) -> Option<Va
         return None;
     }
     let number_after = |prefix: &str| {
-        text.lines().find_map(|l| l.trim().strip_prefix(prefix)).and_then(|rest| rest.split_whitespace().next()).and_then(|n| n.parse::<f64>().ok())
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<f64>().ok())
     };
     let tps = number_after("tps = ")?;
     let transactions = number_after("number of transactions actually processed: ");
@@ -515,7 +518,10 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     let r1 = meter.read(true).await;
     let read_cost = cost(&r0, &r1, read_capacity["requests"].as_f64().unwrap_or(0.0), Client::Server);
     let read_rate = read_capacity["per_second"].as_f64().unwrap_or(0.0);
-    eprintln!("bench: c={key_level}: context reads alone {read_rate:.0}/s, CPU per read {:.2} ms", read_cost["cpu_ms"].as_f64().unwrap_or(f64::NAN));
+    eprintln!(
+        "bench: c={key_level}: context reads alone {read_rate:.0}/s, CPU per read {:.2} ms",
+        read_cost["cpu_ms"].as_f64().unwrap_or(f64::NAN)
+    );
     // A write's own CPU: the mix's cost less its reads, each priced as a read alone costs.
     let write_cpu = write_cost["cpu_ms"].as_f64().zip(read_cost["cpu_ms"].as_f64()).map(|(w, r)| w - r * mixed_read_rate / write_rate);
     let one_coach_flushes = by_level.get(&1).and_then(|l| l.4["wal_flushes"].as_f64());
@@ -550,6 +556,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
                 identity: None,
                 tool: "bench",
                 actor: Actor::Operator,
+                call: None,
             },
             None,
         )

@@ -70,7 +70,17 @@ pub(super) fn print_bench(r: &serde_json::Value) {
     println!("store: {}", r["store"].as_str().unwrap_or(""));
     println!(
         "{:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>10} {:>12} {:>12} {:>10}",
-        "coaches", "writes/s", "reads/s", "w p50 ms", "w p99 ms", "inserts/s", "ins p99 ms", "pgbench/s", "cpu/w+r ms", "cpu/ins ms", "flush/w"
+        "coaches",
+        "writes/s",
+        "reads/s",
+        "w p50 ms",
+        "w p99 ms",
+        "inserts/s",
+        "ins p99 ms",
+        "pgbench/s",
+        "cpu/w+r ms",
+        "cpu/ins ms",
+        "flush/w"
     );
     let num = |v: &serde_json::Value| v.as_f64().map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into());
     for l in r["levels"].as_array().into_iter().flatten() {

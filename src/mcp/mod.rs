@@ -3,7 +3,8 @@
 //! validator answers with our own error result (rmcp's typed parameters would answer a
 //! malformed call with a JSON-RPC protocol error instead, which a coach cannot act on). The dispatcher writes the tool-call audit's
 //! `error` exit only for a panic, a timeout or an unknown tool; each handler writes its own
-//! `started` and exit.
+//! `started` and exit — in its command's commit when it appended events, else together once
+//! it finishes (ADR 0006).
 
 pub(crate) mod gate;
 pub mod schema;
@@ -87,14 +88,12 @@ fn call_result(structured: Value, summary: &str, is_error: bool, meta: Option<Va
 }
 
 impl CoachServer {
-    async fn audit(&self, row: ToolCallRow) {
-        let (tool, phase) = (row.tool.clone(), row.phase);
-        let side_row = crate::store::SideRow::Audit(row);
-        // `started` is queued, the exit awaited: both usually share one group commit, and the
-        // FIFO writer never commits an exit before its call's `started`.
-        let written = if phase == "started" { self.app.side.enqueue(side_row).await } else { self.app.side.write(side_row).await };
-        if let Err(e) = written {
-            tracing::warn!(error = %e, %tool, phase, "tool-call audit row not written");
+    /// Writes audit rows of no commit (ADR 0006): the call's `started` and exit together, or
+    /// the dispatcher's exit.
+    async fn audit(&self, rows: Vec<ToolCallRow>) {
+        let what: Vec<(String, &'static str)> = rows.iter().map(|r| (r.tool.clone(), r.phase)).collect();
+        if let Err(e) = self.app.writer.audit(rows).await {
+            tracing::warn!(error = %e, rows = ?what, "tool-call audit rows not written");
         }
     }
 
@@ -118,8 +117,9 @@ impl CoachServer {
         // A refused tool is no tool for the coach: the dispatcher answers as for an unknown name.
         let tool = Tool::named(&name).filter(|t| self.app.registry.is_bound(t.name()))?;
         let tool_name = tool.name();
-        self.audit(self.row(&call_id, "started", "handler", tool_name)).await;
-        let outcome = tools::dispatch(&self.app, &principal, tool, args).await;
+        let started_row = self.row(&call_id, "started", "handler", tool_name);
+        let audit = tools::CallAudit { call_id: call_id.clone(), tool: tool_name, started_ms: started_row.at_ms, started };
+        let outcome = tools::dispatch(&self.app, &principal, tool, args, Some(audit)).await;
         let mut exit = self.row(&call_id, "completed", "handler", tool_name);
         exit.duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
         let result = match outcome {
@@ -152,7 +152,10 @@ impl CoachServer {
         } else {
             tracing::info!(duration_ms, events = exit.events_appended, "tool call");
         }
-        self.audit(exit).await;
+        // A call that committed events wrote its `started` and exit in that commit.
+        if exit.events_appended == 0 {
+            self.audit(vec![started_row, exit]).await;
+        }
         Some(result)
     }
 }
@@ -205,7 +208,7 @@ impl ServerHandler for CoachServer {
                 // The client's mistake, not a server fault.
                 span.record("outcome", "UNKNOWN_TOOL");
                 tracing::info!("tool call refused: no such tool");
-                self.audit(dispatcher_error("unknown", "VALIDATION_FAILED")).await;
+                self.audit(vec![dispatcher_error("unknown", "VALIDATION_FAILED")]).await;
                 Err(McpError::invalid_params("unknown tool", None))
             }
             Ok(Err(_)) | Err(_) => {
@@ -213,7 +216,7 @@ impl ServerHandler for CoachServer {
                 // claims "not stored"; a late handler's own exit is refused by the audit table.
                 span.record("outcome", "INTERNAL");
                 tracing::error!("tool handler panicked or timed out");
-                self.audit(dispatcher_error(&name, "INTERNAL")).await;
+                self.audit(vec![dispatcher_error(&name, "INTERNAL")]).await;
                 let err = AppError::Internal;
                 call_result(error_result(&self.app, &err, &locale, None), &err.finding(&locale), true, None).map(CallToolResponse::from)
             }

@@ -1,11 +1,9 @@
-//! The tool-call audit (a `started` row and exactly one exit per call), the side writer's
-//! group-committed rows, and the record of `audit verify` runs.
-
-use serde_json::Value;
+//! The tool-call audit (a `started` row and exactly one exit per call; rows of no command's
+//! commit are written here) and the record of `audit verify` runs.
 
 use sqlx::Row;
 
-use super::{i64_of, on_pool, on_writer, Store, StoreError};
+use super::{on_pool, on_writer, Store, StoreError};
 
 /// An audit row as read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,21 +17,6 @@ pub struct AuditRow {
     /// Error code of an exit.
     pub code: Option<String>,
     pub at_ms: i64,
-}
-
-/// A row written after a call.
-#[derive(Clone, Debug)]
-pub enum SideRow {
-    /// A tool-call audit row.
-    Audit(ToolCallRow),
-    /// A full-context view row (never moved backwards).
-    View {
-        journey_id: String,
-        /// Version it reflects.
-        version: u64,
-        /// The persisted view.
-        payload: Value,
-    },
 }
 
 /// One row of the tool-call audit.
@@ -143,39 +126,48 @@ impl Store {
         })
     }
 
-    /// Writes audit and view rows in one transaction (the side writer's group commit).
-    pub async fn write_side_rows(&self, rows: &[SideRow]) -> Result<(), StoreError> {
-        let view_sql = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
-             ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
-             WHERE journey_context_view.version < excluded.version";
-        on_writer!(self, pool => {
-            let mut tx = pool.begin().await?;
-            for row in rows {
-                match row {
-                    SideRow::Audit(a) => {
-                        sqlx::query(
-                            "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
-                        )
-                        .bind(&a.call_id)
-                        .bind(a.phase)
-                        .bind(a.writer)
-                        .bind(&a.tool)
-                        .bind(a.journey_id.as_deref())
-                        .bind(a.code)
-                        .bind(a.events_appended)
-                        .bind(a.duration_ms)
-                        .bind(a.at_ms)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    SideRow::View { journey_id, version, payload } => {
-                        sqlx::query(view_sql).bind(journey_id).bind(i64_of(*version)).bind(payload.to_string()).execute(&mut *tx).await?;
-                    }
-                }
+    /// Writes audit rows that ride in no command's commit (reads, refusals, the dispatcher's
+    /// exits) in one transaction that does not wait for its flush (ADR 0006): on PostgreSQL
+    /// `synchronous_commit = off`, on SQLite a connection with `synchronous=NORMAL`. They are
+    /// visible at once and durable with the next flushed commit or within the WAL writer's delay;
+    /// a process crash loses none of them, only a crash of the machine can lose the last moment.
+    pub async fn write_audit(&self, rows: &[ToolCallRow]) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        // One multi-row statement; a macro because the builder is typed by the backend.
+        macro_rules! insert {
+            () => {{
+                let mut insert = sqlx::QueryBuilder::new(
+                    "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms) ",
+                );
+                insert.push_values(rows, |mut b, a| {
+                    b.push_bind(&a.call_id)
+                        .push_bind(a.phase)
+                        .push_bind(a.writer)
+                        .push_bind(&a.tool)
+                        .push_bind(a.journey_id.as_deref())
+                        .push_bind(a.code)
+                        .push_bind(a.events_appended)
+                        .push_bind(a.duration_ms)
+                        .push_bind(a.at_ms);
+                });
+                insert.push(" ON CONFLICT DO NOTHING");
+                insert
+            }};
+        }
+        match self {
+            Self::Sqlite(s) => {
+                let _turn = s.writer.lock().await;
+                insert!().build().execute(&s.relaxed).await?;
             }
-            tx.commit().await?;
-            Ok(())
-        })
+            Self::Postgres(s) => {
+                let mut tx = s.pool.begin().await?;
+                sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *tx).await?;
+                insert!().build().execute(&mut *tx).await?;
+                tx.commit().await?;
+            }
+        }
+        Ok(())
     }
 }

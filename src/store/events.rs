@@ -1,6 +1,6 @@
-//! The event table through the store crates' repositories: appending a commit (one
-//! transaction; a taken sequence number is a conflict), reading a stream's tail, a commit by
-//! its request id, scanning every stream and the heads of all streams.
+//! Reading the event table: a stream's tail through the store crates' repositories, a commit by
+//! its request id, every stream and the heads of all streams. Commits are written by
+//! [`super::commit`].
 
 use aggregates::learning_journey::LearningJourney;
 use cqrs_es::persist::{PersistedEventRepository, SerializedEvent};
@@ -39,19 +39,6 @@ where
 }
 
 impl Store {
-    /// Appends the events of one commit in one transaction of the store crate. A sequence
-    /// number another writer took first gives [`StoreError::Conflict`].
-    pub async fn append(&self, events: &[StoredEvent]) -> Result<(), StoreError> {
-        match self {
-            Self::Sqlite(s) => {
-                let _turn = s.writer.lock().await;
-                s.repo.persist::<LearningJourney>(events, None).await?
-            }
-            Self::Postgres(s) => s.repo.persist::<LearningJourney>(events, None).await?,
-        }
-        Ok(())
-    }
-
     /// Events of a journey after `after` (0 for all), in order.
     pub async fn events_after(&self, journey_id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
         let events = match self {

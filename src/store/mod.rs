@@ -8,6 +8,7 @@ pub(crate) mod backup;
 mod baseline;
 pub(crate) mod chain;
 pub(crate) mod checkpoints;
+mod commit;
 mod events;
 pub(crate) mod identity;
 pub(crate) mod oauth;
@@ -15,7 +16,8 @@ pub(crate) mod projector;
 mod snapshots;
 mod views;
 
-pub use audit::{AuditRow, AuditRun, SideRow, ToolCallRow};
+pub use audit::{AuditRow, AuditRun, ToolCallRow};
+pub use commit::Commit;
 pub use events::StoredEvent;
 pub(crate) use events::{row_to_event, EVENT_COLUMNS};
 pub use identity::SessionRow;
@@ -32,7 +34,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 /// Why a store call failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached (down, pool exhausted, I/O). An exact retry is safe.
     #[error("store unavailable: {0}")]
@@ -98,6 +100,9 @@ impl From<PersistenceError> for StoreError {
 pub struct SqliteStore {
     pool: SqlitePool,
     repo: SqliteEventRepository,
+    /// One connection with `synchronous=NORMAL`, for rows no acknowledged write depends on
+    /// (the audit of reads and refusals; ADR 0006).
+    relaxed: SqlitePool,
     /// SQLite has one writer: the turn `on_writer!` takes (nothing else locks it).
     writer: tokio::sync::Mutex<()>,
 }
@@ -245,10 +250,15 @@ impl Store {
                 let pool = SqlitePoolOptions::new()
                     .max_connections(settings.max_connections)
                     .acquire_timeout(settings.acquire_timeout)
-                    .connect_with(options)
+                    .connect_with(options.clone())
+                    .await?;
+                let relaxed = SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(settings.acquire_timeout)
+                    .connect_with(options.synchronous(SqliteSynchronous::Normal))
                     .await?;
                 let repo = SqliteEventRepository::new(pool.clone());
-                Ok(Self::Sqlite(SqliteStore { pool, repo, writer: tokio::sync::Mutex::new(()) }))
+                Ok(Self::Sqlite(SqliteStore { pool, repo, relaxed, writer: tokio::sync::Mutex::new(()) }))
             }
             DbUrl::Postgres(url) => {
                 let options = PgConnectOptions::from_str(url)?;
@@ -294,8 +304,11 @@ impl Store {
         crate::metrics::PoolSample { size, idle, max, timeouts: POOL_TIMEOUTS.load(std::sync::atomic::Ordering::Relaxed) }
     }
 
-    /// Closes the pool (graceful shutdown).
+    /// Closes the pools (graceful shutdown).
     pub async fn close(&self) {
+        if let Self::Sqlite(s) = self {
+            s.relaxed.close().await;
+        }
         on_pool!(self, pool => pool.close().await)
     }
 }

@@ -8,6 +8,7 @@ use sqlx::Row;
 use super::{i64_of, on_pool, on_writer, Store, StoreError};
 
 /// A snapshot row.
+#[derive(Clone, Debug)]
 pub struct Snapshot {
     /// Version the state reflects.
     pub version: u64,

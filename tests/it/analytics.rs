@@ -12,7 +12,15 @@ use skillpilot::app::journeys::{Actor, CommandRequest};
 use crate::helpers::TestApp;
 
 fn cmd(journey: &str, command: JourneyCommand) -> CommandRequest {
-    CommandRequest { journey_id: journey.to_owned(), command, expected_version: None, identity: None, tool: "test", actor: Actor::Learner }
+    CommandRequest {
+        journey_id: journey.to_owned(),
+        command,
+        expected_version: None,
+        identity: None,
+        tool: "test",
+        actor: Actor::Learner,
+        call: None,
+    }
 }
 
 /// Three learners: one completes a goal, one also runs a recall batch with one failure.

@@ -128,6 +128,7 @@ async fn metrics_count_commands_conflicts_and_tool_exits(t: Arc<TestApp>) {
         identity: None,
         tool: "test",
         actor: Actor::Learner,
+        call: None,
     };
     t.app.execute(complete(2), None).await.unwrap();
     assert!(t.app.execute(complete(2), None).await.is_err());

@@ -831,14 +831,13 @@ async fn a_timed_out_handler_gets_one_dispatcher_exit_and_no_second_one() {
 }
 
 /// Contract (unknown outcome): a write whose events were committed but whose result never
-/// reached the coach (the handler is held after its commit; the client gives up) is retried
-/// exactly: the retry returns the stored original result and stores nothing twice. PostgreSQL
-/// only: a lock on the view table holds the handler after its commit without blocking the
-/// commit itself. (The server's own answer to a timed-out handler — `INTERNAL`, "outcome
-/// unknown, retry exactly" — is `a_timed_out_handler_gets_one_dispatcher_exit_and_no_second_one`.)
+/// reached the coach (the coach sends the call and never reads the answer) is retried exactly:
+/// the retry returns the stored original result and stores nothing twice. With one transaction
+/// per command (ADR 0006) nothing is written after the commit, so a lost result is one lost on
+/// the way back; the raw connection here holds the request's answer unread. PostgreSQL only (it
+/// is the store a coach reaches over a network; the command path is the same on SQLite).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exact_retry_after_a_lost_result_returns_the_stored_result() {
-    use sqlx::Connection;
     let t = Arc::new(crate::helpers::spawn(crate::helpers::Backend::Postgres).await);
     let c = Arc::new(coach(&t).await);
     let ctx = c.ctx(&t).await;
@@ -851,22 +850,26 @@ async fn an_exact_retry_after_a_lost_result_returns_the_stored_result() {
         let store = t.app.store.clone();
         async move { store.scan_events(None, 100_000).await.unwrap().iter().filter(|e| e.event_type == "GoalCompleted").count() }
     };
-    let mut locker = sqlx::PgConnection::connect(&t.db_url).await.unwrap();
-    let mut tx = sqlx::Connection::begin(&mut locker).await.unwrap();
-    sqlx::query("LOCK TABLE journey_context_view IN ACCESS EXCLUSIVE MODE").execute(&mut *tx).await.unwrap();
-    let first = {
-        let (t, c, args) = (t.clone(), c.clone(), args.clone());
-        tokio::spawn(async move { c.call(&t, "complete_skillpilot_goal", args).await })
-    };
+    // The first attempt over a raw connection whose answer is never read.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "complete_skillpilot_goal", "arguments": {
+        "learningSessionId": c.sid, "expectedStateVersion": args["expectedStateVersion"], "clientRequestId": args["clientRequestId"],
+        "decision": args["decision"]}}})
+    .to_string();
+    let host = t.base_url.trim_start_matches("http://").to_owned();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-06-18\r\ncontent-length: {}\r\n\r\n{body}",
+        c.token,
+        body.len()
+    );
+    let mut raw = tokio::net::TcpStream::connect(&host).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut raw, request.as_bytes()).await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while completed(&t).await == 0 {
         assert!(std::time::Instant::now() < deadline, "the first attempt never committed");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    // Committed, but its result is held back: the coach gives up on it.
-    assert!(!first.is_finished(), "the result is held after the commit");
-    first.abort();
-    tx.rollback().await.unwrap();
+    // Committed; its answer was never read: the coach gives up on it.
+    drop(raw);
     let (err, retry) = c.call(&t, "complete_skillpilot_goal", args).await;
     assert!(!err, "the exact retry succeeds: {retry}");
     assert_eq!(retry["receipt"]["stored"], "goalCompleted", "the original result: {retry}");

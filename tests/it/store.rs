@@ -23,6 +23,7 @@ fn complete(journey: &str, version: u64, request_id: &str, evidence: Evidence) -
         identity: Some(RequestIdentity { request_id: request_id.to_owned(), replay_hash: replay_hash(&input) }),
         tool: "complete_skillpilot_goal",
         actor: Actor::Learner,
+        call: None,
     }
 }
 
@@ -34,6 +35,7 @@ fn choose(journey: &str, choice: OptionChoice) -> CommandRequest {
         identity: None,
         tool: "choose_skillpilot_option",
         actor: Actor::Learner,
+        call: None,
     }
 }
 

@@ -66,6 +66,7 @@ async fn the_progress_page_shows_the_mastered_goals_and_the_active_goal(t: Arc<T
         identity: None,
         tool: "test",
         actor: Actor::Learner,
+        call: None,
     };
     t.app
         .execute(run(JourneyCommand::CompleteGoal { evidence: Evidence::Independent, consent: Consent::CloseAndContinue }), None)

@@ -31,6 +31,7 @@ pub use result::{Structured, ToolOutput};
 
 use super::schema::{json_schema, req, validate, Field, Shape, Text};
 use crate::app::identity::Principal;
+pub use crate::app::journeys::CallAudit;
 use crate::app::journeys::{Actor, CommandRequest, Executed, RequestIdentity};
 use crate::app::sessions::ActiveSession;
 use crate::app::tokens::SessionSealer;
@@ -265,6 +266,8 @@ pub(crate) struct Call<'a> {
     app: &'a Arc<App>,
     session: &'a ActiveSession,
     tool: Tool,
+    /// The call's audit identity: a command's commit carries its `started` and exit rows.
+    audit: Option<CallAudit>,
 }
 
 impl Call<'_> {
@@ -289,6 +292,7 @@ impl Call<'_> {
             identity,
             tool: self.tool.name(),
             actor: Actor::Learner,
+            call: self.audit.clone(),
         }
     }
 
@@ -352,7 +356,15 @@ async fn session_of(app: &App, principal: &Principal, args: &Value) -> Result<Ac
 
 /// Runs one call of a tool: session first (docs/tool-contract.md, errors order; the gate only for the context
 /// loader without an id), then the strict validator, then the tool's handler.
-pub async fn dispatch(app: &Arc<App>, principal: &Principal, tool: Tool, args: Value) -> Result<ToolOutput, Failure> {
+/// `audit` is the call's audit identity: a commit the call makes carries its `started` and
+/// `completed` rows ([`ToolOutput::events_appended`] > 0 says they are written).
+pub async fn dispatch(
+    app: &Arc<App>,
+    principal: &Principal,
+    tool: Tool,
+    args: Value,
+    audit: Option<CallAudit>,
+) -> Result<ToolOutput, Failure> {
     let fail =
         |error: AppError, locale: &str, journey_id: Option<String>| Failure { error, locale: locale.to_owned(), journey_id, fresh: None };
     let session = if tool == Tool::LearningContext && args.get("learningSessionId").is_none() {
@@ -364,7 +376,7 @@ pub async fn dispatch(app: &Arc<App>, principal: &Principal, tool: Tool, args: V
     let locale = session.loaded.state.locale.clone();
     let journey = Some(session.row.journey_id.clone());
     validate(&args, &tool.def().input).map_err(|e| fail(e, &locale, journey.clone()))?;
-    let call = Call { app, session: &session, tool };
+    let call = Call { app, session: &session, tool, audit };
     let outcome = match tool.handle(&call, args).await {
         // A write that cannot proceed without the learner's decision: the current decision
         // point, unchanged, as a clarification (docs/tool-contract.md, errors) rather than a rejection.
