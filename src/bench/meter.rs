@@ -1,7 +1,7 @@
 //! What a phase of the benchmark cost besides wall time: CPU seconds of the server process, of
 //! this process and of the database (the PostgreSQL processes on this host: every live one
 //! plus what the postmaster's reaped children used), and PostgreSQL's own counters — WAL
-//! records, bytes and flushes (`pg_stat_wal`), commits and row writes of the scratch database
+//! records, bytes and flushes (`pg_stat_wal`), transactions and row writes of the scratch database
 //! (`pg_stat_database`) and, when `pg_stat_statements` is loaded, statements. SQLite runs in
 //! the server process, so its CPU is the server's.
 
@@ -146,7 +146,8 @@ pub(crate) fn cost(before: &Reading, after: &Reading, units: f64, client: Client
         "wal_records": diff(after.wal.map(|w| w.0), before.wal.map(|w| w.0)),
         "wal_bytes": diff(after.wal.map(|w| w.1), before.wal.map(|w| w.1)),
         "wal_flushes": diff(after.wal.map(|w| w.2), before.wal.map(|w| w.2)),
-        "commits": diff(after.commits_and_rows.map(|c| c.0), before.commits_and_rows.map(|c| c.0)),
+        // Every autocommit statement is a transaction of its own, reads included.
+        "transactions": diff(after.commits_and_rows.map(|c| c.0), before.commits_and_rows.map(|c| c.0)),
         "rows_written": diff(after.commits_and_rows.map(|c| c.1), before.commits_and_rows.map(|c| c.1)),
         "statements": diff(after.statements, before.statements),
     })
