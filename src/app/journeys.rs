@@ -264,25 +264,22 @@ impl App {
             None => self.load_journey(&request.journey_id).await?,
         };
 
-        if let Some(identity) = &request.identity {
-            if let Some(original) = self.original_result(&request.journey_id, identity).await? {
-                return Ok(original);
+        // The idempotency record is looked up only off the common path: a retry of a request
+        // that was committed fails the version check or the rules on the state it produced, or
+        // changes nothing, and then its original result answers it; on the path to a commit the
+        // commit itself refuses a request id already in the stream (ADR 0006).
+        let (pack, events) = match self.decide_on(&request, &loaded, start_pack, now) {
+            Ok((pack, events)) if !events.is_empty() => (pack, events),
+            other => {
+                if let Some(identity) = &request.identity {
+                    if let Some(original) = self.original_result(&request.journey_id, identity).await? {
+                        return Ok(original);
+                    }
+                }
+                let (pack, _) = other?;
+                return Ok(Executed { state: loaded.state, committed: Vec::new(), replayed: false, pack });
             }
-        }
-        if let Some(expected) = request.expected_version {
-            if expected != loaded.state.version {
-                return Err(AppError::StateConflict { current: loaded.state.version });
-            }
-        }
-        let pack = match (&request.command, start_pack) {
-            (JourneyCommand::StartJourney { .. }, Some(pack)) => pack,
-            _ => self.pack_of(&loaded.state)?,
         };
-        let features = self.registry.features;
-        let events = loaded.state.decide(request.command.clone(), &JourneyServices { pack: pack.clone(), now, features })?;
-        if events.is_empty() {
-            return Ok(Executed { state: loaded.state, committed: Vec::new(), replayed: false, pack });
-        }
 
         let serialized = self.serialize(&request, &loaded, &events, now)?;
         let mut state = loaded.state.clone();
@@ -298,6 +295,7 @@ impl App {
             .map(|value| (request.journey_id.clone(), Snapshot { version: state.version, chain_hash: last_hash.clone(), state: value }));
         let snapshot_version = if snapshot.is_some() { state.version } else { loaded.snapshot_version };
         let commit = Commit {
+            request_id: request.identity.as_ref().map(|i| i.request_id.clone()),
             audit: request.call.as_ref().map(|c| c.rows(&request.journey_id, serialized.len(), now.timestamp_millis())).unwrap_or_default(),
             events: serialized,
             view: Some((request.journey_id.clone(), state.version, view_of(&state, &pack))),
@@ -307,7 +305,8 @@ impl App {
             Ok(()) => {}
             Err(StoreError::Conflict) => {
                 // Of two concurrent calls with the same key, one writes and the other gets the
-                // original result; anything else lost the race for this version.
+                // original result (as does a request whose id the stream already holds);
+                // anything else lost the race for this version.
                 if let Some(identity) = &request.identity {
                     if let Some(original) = self.original_result(&request.journey_id, identity).await? {
                         return Ok(original);
@@ -320,6 +319,29 @@ impl App {
         }
         self.journeys.put(request.journey_id.clone(), Loaded { state: state.clone(), last_hash, snapshot_version });
         Ok(Executed { state, committed, replayed: false, pack })
+    }
+
+    /// The pack and the events the aggregate decides for a request on a loaded state, after the
+    /// caller's version check.
+    fn decide_on(
+        &self,
+        request: &CommandRequest,
+        loaded: &Loaded,
+        start_pack: Option<Arc<Pack>>,
+        now: DateTime<Utc>,
+    ) -> Result<(Arc<Pack>, Vec<JourneyEvent>), AppError> {
+        if let Some(expected) = request.expected_version {
+            if expected != loaded.state.version {
+                return Err(AppError::StateConflict { current: loaded.state.version });
+            }
+        }
+        let pack = match (&request.command, start_pack) {
+            (JourneyCommand::StartJourney { .. }, Some(pack)) => pack,
+            _ => self.pack_of(&loaded.state)?,
+        };
+        let features = self.registry.features;
+        let events = loaded.state.decide(request.command.clone(), &JourneyServices { pack: pack.clone(), now, features })?;
+        Ok((pack, events))
     }
 
     /// The original result of an earlier request with this id, if any; another input under the

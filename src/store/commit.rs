@@ -16,6 +16,9 @@ use super::{i64_of, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPS
 /// Everything one command writes.
 #[derive(Clone, Debug)]
 pub struct Commit {
+    /// The request id the events carry: a stream that already holds it refuses the commit as
+    /// a [`StoreError::Conflict`] (the caller then answers with the original result).
+    pub request_id: Option<String>,
     /// The events, in sequence order, with their metadata.
     pub events: Vec<StoredEvent>,
     /// The journey's full-context view row at the state the events reach.
@@ -32,17 +35,23 @@ WITH ev AS (
     SELECT e.aggregate_type, e.aggregate_id, e.sequence, e.event_type, e.event_version, e.payload, e.metadata
     FROM json_to_recordset(CAST($1 AS json) -> 'events')
         AS e(aggregate_type text, aggregate_id text, sequence bigint, event_type text, event_version text, payload json, metadata json)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM events x
+        WHERE x.aggregate_type = e.aggregate_type AND x.aggregate_id = e.aggregate_id
+          AND (x.metadata ->> 'requestId') = CAST($1 AS json) ->> 'request_id')
     RETURNING 1
 ), view_row AS (
     INSERT INTO journey_context_view (view_id, version, payload)
     SELECT v.view_id, v.version, CAST(v.payload AS text)
     FROM json_to_recordset(CAST($1 AS json) -> 'view') AS v(view_id text, version bigint, payload json)
+    WHERE EXISTS (SELECT 1 FROM ev)
     ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
     WHERE journey_context_view.version < excluded.version
 ), snapshot_row AS (
     INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state)
     SELECT s.journey_id, s.schema, s.version, s.chain_hash, CAST(s.state AS text)
     FROM json_to_recordset(CAST($1 AS json) -> 'snapshot') AS s(journey_id text, schema bigint, version bigint, chain_hash text, state json)
+    WHERE EXISTS (SELECT 1 FROM ev)
     ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
     WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema
 ), audit_rows AS (
@@ -50,10 +59,13 @@ WITH ev AS (
     SELECT a.call_id, a.phase, a.writer, a.tool, a.journey_id, a.code, a.events_appended, a.duration_ms, a.at_ms
     FROM json_to_recordset(CAST($1 AS json) -> 'audit')
         AS a(call_id text, phase text, writer text, tool text, journey_id text, code text, events_appended bigint, duration_ms bigint, at_ms bigint)
+    WHERE EXISTS (SELECT 1 FROM ev)
     ON CONFLICT DO NOTHING
 )
 SELECT COUNT(*) AS appended FROM ev";
 
+const SQLITE_HOLDS_REQUEST: &str =
+    "SELECT 1 FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND (metadata ->> 'requestId') = $3 LIMIT 1";
 const SQLITE_EVENT: &str = "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 pub(crate) const VIEW_UPSERT: &str = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
      ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
@@ -113,6 +125,7 @@ impl Store {
     pub(crate) async fn commit_pg(&self, commit: &Commit) -> Result<(), StoreError> {
         let Self::Postgres(s) = self else { return Err(StoreError::Database("commit_pg on a SQLite store".into())) };
         let body = json!({
+            "request_id": commit.request_id,
             "events": commit.events.iter().map(|e| json!({
                 "aggregate_type": e.aggregate_type, "aggregate_id": e.aggregate_id, "sequence": e.sequence,
                 "event_type": e.event_type, "event_version": e.event_version, "payload": e.payload, "metadata": e.metadata,
@@ -123,7 +136,12 @@ impl Store {
             })).collect::<Vec<_>>(),
             "audit": commit.audit.iter().map(audit_json).collect::<Vec<_>>(),
         });
-        sqlx::query(PG_COMMIT).bind(body.to_string()).execute(&s.pool).await.map_err(commit_error)?;
+        let row = sqlx::query(PG_COMMIT).bind(body.to_string()).fetch_one(&s.pool).await.map_err(commit_error)?;
+        let appended: i64 = sqlx::Row::try_get(&row, "appended")?;
+        // Nothing inserted: the stream already holds the request id.
+        if appended == 0 {
+            return Err(StoreError::Conflict);
+        }
         Ok(())
     }
 
@@ -137,7 +155,18 @@ impl Store {
         let mut outcomes = Vec::with_capacity(commits.len());
         for commit in commits {
             let mut savepoint = sqlx::Connection::begin(&mut *tx).await?;
-            let written: Result<(), sqlx::Error> = async {
+            let written: Result<bool, sqlx::Error> = async {
+                if let (Some(request_id), Some(first)) = (&commit.request_id, commit.events.first()) {
+                    let held = sqlx::query(SQLITE_HOLDS_REQUEST)
+                        .bind(&first.aggregate_type)
+                        .bind(&first.aggregate_id)
+                        .bind(request_id)
+                        .fetch_optional(&mut *savepoint)
+                        .await?;
+                    if held.is_some() {
+                        return Ok(false);
+                    }
+                }
                 for e in &commit.events {
                     sqlx::query(SQLITE_EVENT)
                         .bind(&e.aggregate_type)
@@ -166,13 +195,18 @@ impl Store {
                 for a in &commit.audit {
                     insert_audit!(&mut *savepoint, a)?;
                 }
-                Ok(())
+                Ok(true)
             }
             .await;
             match written {
-                Ok(()) => {
+                Ok(true) => {
                     savepoint.commit().await?;
                     outcomes.push(Ok(()));
+                }
+                // The stream already holds the request id: nothing written.
+                Ok(false) => {
+                    savepoint.rollback().await?;
+                    outcomes.push(Err(StoreError::Conflict));
                 }
                 Err(e) => {
                     savepoint.rollback().await?;
