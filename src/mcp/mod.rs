@@ -76,15 +76,20 @@ fn error_result(app: &App, err: &AppError, locale: &str, fresh: Option<&projecti
 }
 
 fn call_result(structured: Value, summary: &str, is_error: bool, meta: Option<Value>) -> Result<CallToolResult, McpError> {
-    let mut result = json!({
-        "content": [{"type": "text", "text": summary}],
-        "structuredContent": structured,
-        "isError": is_error,
-    });
-    if let Some(meta) = meta {
-        result["_meta"] = meta;
-    }
-    from_json(result)
+    // Built directly rather than as JSON read back into rmcp's type (that round trip was 4 % of
+    // the server's CPU under load); `resultType` stays absent as before (ADR 0004 sets it at the
+    // HTTP gate for the protocol versions that carry it).
+    let content = vec![rmcp::model::ContentBlock::text(summary)];
+    let mut result = if is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
+    result.result_type = None;
+    result.structured_content = Some(structured);
+    result.is_error = Some(is_error);
+    result.meta = match meta {
+        Some(Value::Object(map)) => Some(rmcp::model::MetaObject(map)),
+        Some(other) => return Err(McpError::internal_error(format!("result meta is not an object: {other}"), None)),
+        None => None,
+    };
+    Ok(result)
 }
 
 impl CoachServer {

@@ -342,6 +342,33 @@ async fn wrong_types_and_ranges_name_the_field_and_never_echo_the_value(t: Arc<T
     refused(&t, &c, "record_skillpilot_exam_scores", json!({"scoringCapability": "x", "scores": []}), "VALIDATION_FAILED").await;
 }
 
+/// Contract (idempotency): a client request id names one request for ever. Reused for another
+/// request that the current state would accept — no version check or rule stands in the way —
+/// it is refused by the commit itself (ADR 0006) and nothing is written; the same request under
+/// a new id then succeeds, so the id alone was refused.
+async fn a_request_id_reused_on_the_current_version_is_refused_and_writes_nothing(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    let complete = |version: &Value, id: &str| {
+        json!({"expectedStateVersion": version, "clientRequestId": id, "decision": {"evidence": "guided", "consent": "closeAndContinue"}})
+    };
+    let first = c.call(&t, "complete_skillpilot_goal", complete(&c.ctx(&t).await["stateVersion"], &id)).await;
+    assert!(!first.0, "{}", first.1);
+    // The learner goes on learning: the next goal can be completed again.
+    let (err, chosen) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&first.1, "mode", "mode", "learn")})).await;
+    assert!(!err, "{chosen}");
+    let goals = c.ctx(&t).await;
+    let goal = goals["options"].as_array().and_then(|o| o.iter().find(|x| x["kind"] == "goal")).map(|x| x["payload"].clone());
+    let (err, chosen) = c.call(&t, "choose_skillpilot_option", json!({"option": goal.expect("a goal to choose")})).await;
+    assert!(!err, "{chosen}");
+    let now = c.ctx(&t).await;
+    assert_eq!(now["requiredAction"], "teachActiveGoal", "a goal is being taught and can be completed: {now}");
+    refused(&t, &c, "complete_skillpilot_goal", complete(&now["stateVersion"], &id), "IDEMPOTENCY_KEY_REUSED").await;
+    let (err, second) = c.call(&t, "complete_skillpilot_goal", complete(&now["stateVersion"], &uuid::Uuid::new_v4().to_string())).await;
+    assert!(!err, "the same request under a new id is accepted: {second}");
+    assert_eq!(second["receipt"]["stored"], "goalCompleted", "{second}");
+}
+
 async fn complete_goal_retries_conflicts_and_key_reuse(t: Arc<TestApp>) {
     let c = coach(&t).await;
     let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
@@ -787,6 +814,7 @@ both_stores!(
     unknown_and_forbidden_fields_are_refused_at_every_level_before_the_core,
     wrong_types_and_ranges_name_the_field_and_never_echo_the_value,
     complete_goal_retries_conflicts_and_key_reuse,
+    a_request_id_reused_on_the_current_version_is_refused_and_writes_nothing,
     options_must_be_fresh_unaltered_and_the_learners_own,
     a_write_that_needs_the_learners_decision_is_a_clarification,
     capabilities_are_bound_to_their_step_session_and_payload,
