@@ -103,7 +103,8 @@ pub struct CommandRequest {
 /// A journey as loaded.
 #[derive(Clone, Debug)]
 pub struct Loaded {
-    pub state: LearningJourney,
+    /// Shared with the journey cache: a load that finds no new events copies nothing.
+    pub state: Arc<LearningJourney>,
     /// Chain hash of the last event (GENESIS for an empty stream).
     pub last_hash: String,
     /// The version the newest snapshot reflected (0 without).
@@ -114,7 +115,7 @@ pub struct Loaded {
 #[derive(Clone, Debug)]
 pub struct Executed {
     /// The state after the command (for an exact retry: the state the original reached).
-    pub state: LearningJourney,
+    pub state: Arc<LearningJourney>,
     /// The events of the commit, with their sequence numbers (empty when nothing changed).
     pub committed: Vec<(u64, JourneyEvent)>,
     /// Whether this is the original result of an earlier identical request.
@@ -159,7 +160,7 @@ impl App {
         };
         let Loaded { mut state, mut last_hash, snapshot_version } = start;
         for stored in self.store.events_after(journey_id, state.version).await? {
-            state.apply(decode_event(&stored)?);
+            Arc::make_mut(&mut state).apply(decode_event(&stored)?);
             last_hash = chain_of(&stored);
         }
         let loaded = Loaded { state, last_hash, snapshot_version };
@@ -168,10 +169,12 @@ impl App {
     }
 
     async fn load_from_snapshot(&self, journey_id: &str) -> Result<Loaded, AppError> {
-        let empty = || Loaded { state: LearningJourney::default(), last_hash: GENESIS.to_owned(), snapshot_version: 0 };
+        let empty = || Loaded { state: Arc::default(), last_hash: GENESIS.to_owned(), snapshot_version: 0 };
         Ok(match self.store.snapshot(journey_id).await? {
             Some(s) => match serde_json::from_value::<LearningJourney>(s.state) {
-                Ok(state) if state.version == s.version => Loaded { state, last_hash: s.chain_hash, snapshot_version: s.version },
+                Ok(state) if state.version == s.version => {
+                    Loaded { state: Arc::new(state), last_hash: s.chain_hash, snapshot_version: s.version }
+                }
                 Ok(_) => {
                     tracing::warn!(journey_id, "ignoring a snapshot whose state disagrees with its version");
                     empty()
@@ -285,7 +288,7 @@ impl App {
         let mut state = loaded.state.clone();
         let mut committed = Vec::with_capacity(events.len());
         for (event, stored) in events.into_iter().zip(&serialized) {
-            state.apply(event.clone());
+            Arc::make_mut(&mut state).apply(event.clone());
             committed.push((stored.sequence as u64, event));
         }
         let last_hash = serialized.last().map(chain_of).unwrap_or_else(|| loaded.last_hash.clone());
@@ -356,7 +359,7 @@ impl App {
         let state = self.fold_upto(journey_id, last.sequence as u64).await?;
         let pack = self.pack_of(&state)?;
         let committed = commit.iter().map(|s| decode_event(s).map(|e| (s.sequence as u64, e))).collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(Executed { state, committed, replayed: true, pack }))
+        Ok(Some(Executed { state: Arc::new(state), committed, replayed: true, pack }))
     }
 
     fn serialize(

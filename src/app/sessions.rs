@@ -121,7 +121,7 @@ impl App {
             expires_at: self.session_expiry(&row, loaded.state.last_event_at),
             session_id: row.session_id,
             pack: journey_pack,
-            locale: loaded.state.locale,
+            locale: loaded.state.locale.clone(),
             journey_id,
         })
     }

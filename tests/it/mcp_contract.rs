@@ -349,9 +349,7 @@ async fn wrong_types_and_ranges_name_the_field_and_never_echo_the_value(t: Arc<T
 async fn a_request_id_reused_on_the_current_version_is_refused_and_writes_nothing(t: Arc<TestApp>) {
     let c = coach(&t).await;
     let id = uuid::Uuid::new_v4().to_string();
-    let complete = |version: &Value, id: &str| {
-        json!({"expectedStateVersion": version, "clientRequestId": id, "decision": {"evidence": "guided", "consent": "closeAndContinue"}})
-    };
+    let complete = |version: &Value, id: &str| json!({"expectedStateVersion": version, "clientRequestId": id, "decision": {"evidence": "guided", "consent": "closeAndContinue"}});
     let first = c.call(&t, "complete_skillpilot_goal", complete(&c.ctx(&t).await["stateVersion"], &id)).await;
     assert!(!first.0, "{}", first.1);
     // The learner goes on learning: the next goal can be completed again.

@@ -225,7 +225,7 @@ async fn a_snapshot_loads_to_the_same_state_as_the_full_fold(t: Arc<TestApp>) {
     let loaded = fresh.load_journey(&s.journey_id).await.unwrap();
     assert!(loaded.snapshot_version >= 100, "a snapshot was taken: {}", loaded.snapshot_version);
     let folded: LearningJourney = t.app.fold_upto(&s.journey_id, loaded.state.version).await.unwrap();
-    assert_eq!(loaded.state, folded);
+    assert_eq!(*loaded.state, folded);
     assert_eq!(loaded.state.version, 122);
     fresh.store.close().await;
 }
@@ -241,7 +241,7 @@ async fn a_cached_journey_equals_the_full_fold_after_another_process_wrote_and_t
     }
     let loaded = t.app.load_journey(&s.journey_id).await.unwrap();
     assert_eq!(loaded.state.version, cached.state.version + 30);
-    assert_eq!(loaded.state, t.app.fold_upto(&s.journey_id, loaded.state.version).await.unwrap());
+    assert_eq!(*loaded.state, t.app.fold_upto(&s.journey_id, loaded.state.version).await.unwrap());
     assert_eq!(loaded.last_hash, other.load_journey(&s.journey_id).await.unwrap().last_hash);
     // A write from here on the state the other process left.
     t.app.execute(choose(&s.journey_id, OptionChoice::Autopilot { autopilot: false }), None).await.unwrap();
