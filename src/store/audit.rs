@@ -55,6 +55,31 @@ pub struct AuditRun {
     pub broken_at: Option<String>,
 }
 
+/// One multi-row insert of audit rows (never empty), dropping a second exit of a call (a late
+/// handler after the dispatcher's) by the unique index; a macro because the builder is typed
+/// by the backend.
+macro_rules! insert_audit_rows {
+    ($rows:expr) => {{
+        let mut insert = sqlx::QueryBuilder::new(
+            "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms) ",
+        );
+        insert.push_values($rows, |mut b, a: &ToolCallRow| {
+            b.push_bind(a.call_id.clone())
+                .push_bind(a.phase)
+                .push_bind(a.writer)
+                .push_bind(a.tool.clone())
+                .push_bind(a.journey_id.clone())
+                .push_bind(a.code)
+                .push_bind(a.events_appended)
+                .push_bind(a.duration_ms)
+                .push_bind(a.at_ms);
+        });
+        insert.push(" ON CONFLICT DO NOTHING");
+        insert
+    }};
+}
+pub(crate) use insert_audit_rows;
+
 impl Store {
     /// The most recent audit rows (at most `limit`), oldest first, for the quota reconciliation.
     pub async fn tool_call_log(&self, limit: i64) -> Result<Vec<AuditRow>, StoreError> {
@@ -135,36 +160,15 @@ impl Store {
         if rows.is_empty() {
             return Ok(());
         }
-        // One multi-row statement; a macro because the builder is typed by the backend.
-        macro_rules! insert {
-            () => {{
-                let mut insert = sqlx::QueryBuilder::new(
-                    "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms) ",
-                );
-                insert.push_values(rows, |mut b, a| {
-                    b.push_bind(&a.call_id)
-                        .push_bind(a.phase)
-                        .push_bind(a.writer)
-                        .push_bind(&a.tool)
-                        .push_bind(a.journey_id.as_deref())
-                        .push_bind(a.code)
-                        .push_bind(a.events_appended)
-                        .push_bind(a.duration_ms)
-                        .push_bind(a.at_ms);
-                });
-                insert.push(" ON CONFLICT DO NOTHING");
-                insert
-            }};
-        }
         match self {
             Self::Sqlite(s) => {
                 let _turn = s.writer.lock().await;
-                insert!().build().execute(&s.relaxed).await?;
+                insert_audit_rows!(rows).build().execute(&s.relaxed).await?;
             }
             Self::Postgres(s) => {
                 let mut tx = s.pool.begin().await?;
                 sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *tx).await?;
-                insert!().build().execute(&mut *tx).await?;
+                insert_audit_rows!(rows).build().execute(&mut *tx).await?;
                 tx.commit().await?;
             }
         }

@@ -11,6 +11,7 @@
 
 use serde_json::{json, Value};
 
+use super::audit::insert_audit_rows;
 use super::{i64_of, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
 
 /// Everything one command writes.
@@ -67,18 +68,12 @@ SELECT COUNT(*) AS appended FROM ev";
 const SQLITE_HOLDS_REQUEST: &str =
     "SELECT 1 FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND (metadata ->> 'requestId') = $3 LIMIT 1";
 const SQLITE_EVENT: &str = "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7)";
-pub(crate) const VIEW_UPSERT: &str = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
+const VIEW_UPSERT: &str = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
      ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
      WHERE journey_context_view.version < excluded.version";
-pub(crate) const SNAPSHOT_UPSERT: &str = "INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state) VALUES ($1, $2, $3, $4, $5)
+const SNAPSHOT_UPSERT: &str = "INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state) VALUES ($1, $2, $3, $4, $5)
      ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
      WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema";
-/// A second exit of a call (a late handler after the dispatcher's) is refused by the unique
-/// index and dropped here, not the commit it rides in.
-pub(crate) const AUDIT_INSERT: &str =
-    "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING";
-
 /// Whether a database error is a taken key (PostgreSQL 23505; SQLite's primary-key or unique
 /// constraint, extended codes 1555 and 2067).
 fn is_taken_key(err: &sqlx::Error) -> bool {
@@ -99,25 +94,6 @@ fn audit_json(a: &ToolCallRow) -> Value {
         "call_id": a.call_id, "phase": a.phase, "writer": a.writer, "tool": a.tool, "journey_id": a.journey_id,
         "code": a.code, "events_appended": a.events_appended, "duration_ms": a.duration_ms, "at_ms": a.at_ms,
     })
-}
-
-/// Runs one audit insert on an executor (a macro: the executor is either backend's).
-macro_rules! insert_audit {
-    ($executor:expr, $a:expr) => {{
-        let a = $a;
-        sqlx::query(AUDIT_INSERT)
-            .bind(&a.call_id)
-            .bind(a.phase)
-            .bind(a.writer)
-            .bind(&a.tool)
-            .bind(a.journey_id.as_deref())
-            .bind(a.code)
-            .bind(a.events_appended)
-            .bind(a.duration_ms)
-            .bind(a.at_ms)
-            .execute($executor)
-            .await
-    }};
 }
 
 impl Store {
@@ -192,8 +168,8 @@ impl Store {
                         .execute(&mut *savepoint)
                         .await?;
                 }
-                for a in &commit.audit {
-                    insert_audit!(&mut *savepoint, a)?;
+                if !commit.audit.is_empty() {
+                    insert_audit_rows!(&commit.audit).build().execute(&mut *savepoint).await?;
                 }
                 Ok(true)
             }
@@ -214,8 +190,8 @@ impl Store {
                 }
             }
         }
-        for a in rows {
-            insert_audit!(&mut *tx, a)?;
+        if !rows.is_empty() {
+            insert_audit_rows!(rows).build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(outcomes)

@@ -1,11 +1,12 @@
 //! Journey snapshots: the newest state of a journey at a version, with the chain hash there,
-//! under a schema number so a changed state shape ignores old rows.
+//! under a schema number so a changed state shape ignores old rows. They are written with the
+//! command whose commit makes one due ([`super::commit`]).
 
 use serde_json::Value;
 
 use sqlx::Row;
 
-use super::{i64_of, on_pool, on_writer, Store, StoreError};
+use super::{on_pool, Store, StoreError};
 
 /// A snapshot row.
 #[derive(Clone, Debug)]
@@ -42,24 +43,6 @@ impl Store {
                     }))
                 }
             }
-        })
-    }
-
-    /// Stores a snapshot unless a newer one is there.
-    pub async fn save_snapshot(&self, journey_id: &str, snapshot: &Snapshot) -> Result<(), StoreError> {
-        let sql = "INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state) VALUES ($1, $2, $3, $4, $5)
-                   ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
-                   WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema";
-        on_writer!(self, pool => {
-            sqlx::query(sql)
-                .bind(journey_id)
-                .bind(SNAPSHOT_SCHEMA)
-                .bind(i64_of(snapshot.version))
-                .bind(&snapshot.chain_hash)
-                .bind(snapshot.state.to_string())
-                .execute(pool)
-                .await?;
-            Ok(())
         })
     }
 }
