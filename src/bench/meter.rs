@@ -121,11 +121,13 @@ impl Meter {
     }
 }
 
-/// Who issued the SQL of a phase: the server (commands) or this process (the insert baseline).
+/// Who issued the SQL of a phase: the server (commands), this process (the insert baseline),
+/// or a tool whose CPU is not read (pgbench, an exited child): its share stays null.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Client {
     Server,
     Bench,
+    Unmeasured,
 }
 
 /// What one unit of work (a write command, an insert) cost between two readings: CPU
@@ -133,16 +135,18 @@ pub(crate) enum Client {
 pub(crate) fn cost(before: &Reading, after: &Reading, units: f64, client: Client) -> Value {
     let per = |x: f64| if units > 0.0 { Some(x / units) } else { None };
     let client_cpu = match client {
-        Client::Server => after.server_cpu - before.server_cpu,
-        Client::Bench => after.self_cpu - before.self_cpu,
+        Client::Server => Some(after.server_cpu - before.server_cpu),
+        Client::Bench => Some(after.self_cpu - before.self_cpu),
+        Client::Unmeasured => None,
     };
     let db_cpu = after.db_cpu.zip(before.db_cpu).map(|(a, b)| a - b);
     let diff = |a: Option<i64>, b: Option<i64>| a.zip(b).map(|(a, b)| (a - b) as f64).and_then(per);
     json!({
         "units": units,
-        "client_cpu_ms": per(client_cpu * 1000.0),
+        "client_cpu_ms": client_cpu.and_then(|c| per(c * 1000.0)),
         "db_cpu_ms": db_cpu.and_then(|d| per(d * 1000.0)),
-        "cpu_ms": per((client_cpu + db_cpu.unwrap_or(0.0)) * 1000.0),
+        // A total only where both parts were read (SQLite has no separate database process).
+        "cpu_ms": client_cpu.and_then(|c| per((c + db_cpu.unwrap_or(0.0)) * 1000.0)),
         "wal_records": diff(after.wal.map(|w| w.0), before.wal.map(|w| w.0)),
         "wal_bytes": diff(after.wal.map(|w| w.1), before.wal.map(|w| w.1)),
         "wal_flushes": diff(after.wal.map(|w| w.2), before.wal.map(|w| w.2)),
@@ -172,5 +176,7 @@ mod tests {
         assert!((c["client_cpu_ms"].as_f64().unwrap() - 2.0).abs() < 1e-9, "{c}");
         assert!(c["db_cpu_ms"].is_null() && c["wal_flushes"].is_null(), "{c}");
         assert!(cost(&before, &after, 0.0, Client::Server)["cpu_ms"].is_null());
+        let external = cost(&before, &after, 1000.0, Client::Unmeasured);
+        assert!(external["client_cpu_ms"].is_null() && external["cpu_ms"].is_null(), "{external}");
     }
 }

@@ -482,9 +482,9 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
                 let run = pgbench(url, c, duration).await;
                 let after = meter.read(true).await;
                 run.map(|mut r| {
-                    // pgbench's own CPU is not counted (it is not a child this process can read
-                    // after its exit): the database's share per insert is.
-                    r["cost"] = cost(&before, &after, r["requests"].as_f64().unwrap_or(0.0), Client::Bench);
+                    // pgbench's own CPU is not read (it has exited before the reading): only the
+                    // database's share per insert is reported, the client's and the total stay null.
+                    r["cost"] = cost(&before, &after, r["requests"].as_f64().unwrap_or(0.0), Client::Unmeasured);
                     r
                 })
             }

@@ -123,10 +123,14 @@ impl Store {
 
     /// Commits a batch of concurrent commands on SQLite, plus audit rows that ride along, in
     /// one transaction (one flush): a savepoint per command, so a command whose sequence number
-    /// is taken is rolled back alone. The caller holds the write turn (the writer task).
+    /// is taken is rolled back alone.
     /// Returns each command's outcome; `Err` when the transaction itself failed.
     pub(crate) async fn commit_batch(&self, commits: &[&Commit], rows: &[ToolCallRow]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let Self::Sqlite(s) = self else { return Err(StoreError::Database("commit_batch on a PostgreSQL store".into())) };
+        // The write turn, as every SQLite write takes it: without it a projector or identity write
+        // can commit between this transaction's first read (the request-id guard) and its first
+        // insert, and SQLite refuses the upgrade at once (SQLITE_BUSY_SNAPSHOT) instead of waiting.
+        let _turn = s.writer.lock().await;
         let mut tx = s.pool.begin().await?;
         let mut outcomes = Vec::with_capacity(commits.len());
         for commit in commits {
