@@ -56,32 +56,21 @@ pub struct RequestIdentity {
 /// The tool call a command runs in: its audit rows commit with the command's events.
 #[derive(Clone, Debug)]
 pub struct CallAudit {
-    pub call_id: String,
-    pub tool: &'static str,
-    /// When the call started, epoch milliseconds (the `started` row's time).
-    pub started_ms: i64,
+    /// The call's `started` row, as its handler wrote it.
+    pub started_row: ToolCallRow,
     pub started: std::time::Instant,
 }
 
 impl CallAudit {
     /// The call's `started` row and its `completed` exit, for a commit of `appended` events.
     pub fn rows(&self, journey_id: &str, appended: usize, now_ms: i64) -> Vec<ToolCallRow> {
-        let row = |phase: &'static str, at_ms: i64| ToolCallRow {
-            call_id: self.call_id.clone(),
-            phase,
-            writer: "handler",
-            tool: self.tool.to_owned(),
-            journey_id: None,
-            code: None,
-            events_appended: 0,
-            duration_ms: None,
-            at_ms,
-        };
-        let mut exit = row("completed", now_ms);
+        let mut exit = self.started_row.clone();
+        exit.phase = "completed";
         exit.journey_id = Some(journey_id.to_owned());
         exit.events_appended = i64::try_from(appended).unwrap_or(i64::MAX);
         exit.duration_ms = i64::try_from(self.started.elapsed().as_millis()).ok();
-        vec![row("started", self.started_ms), exit]
+        exit.at_ms = now_ms;
+        vec![self.started_row.clone(), exit]
     }
 }
 

@@ -123,7 +123,7 @@ impl CoachServer {
         let tool = Tool::named(&name).filter(|t| self.app.registry.is_bound(t.name()))?;
         let tool_name = tool.name();
         let started_row = self.row(&call_id, "started", "handler", tool_name);
-        let audit = tools::CallAudit { call_id: call_id.clone(), tool: tool_name, started_ms: started_row.at_ms, started };
+        let audit = tools::CallAudit { started_row: started_row.clone(), started };
         let outcome = tools::dispatch(&self.app, &principal, tool, args, Some(audit)).await;
         let mut exit = self.row(&call_id, "completed", "handler", tool_name);
         exit.duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
