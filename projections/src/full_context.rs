@@ -72,12 +72,29 @@ pub struct ActiveGoal {
     pub teaching: String,
 }
 
-/// Mastered leaf goals out of all.
+/// Mastered leaf goals out of all, and of the focus when one is set.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Progress {
     /// Leaf goals mastered so far.
     pub mastered: usize,
     /// Leaf goals in the curriculum.
+    pub total: usize,
+    /// The focus and its counts; absent while the whole curriculum is the focus.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub focus: Option<FocusProgress>,
+}
+
+/// The area the learner focuses on, with the goals it covers (its own and those it builds on).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FocusProgress {
+    /// The area's goal id.
+    pub goal_id: String,
+    /// The area's title in the learner's language.
+    pub title: String,
+    /// Goals of the focus mastered so far.
+    pub mastered: usize,
+    /// Goals the focus covers.
     pub total: usize,
 }
 
@@ -183,11 +200,12 @@ pub struct OptionPayload {
 /// A published option.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OptionView {
-    /// `goal`, `mode`, `continue`, `declineExam`, `locale` or `autopilot`.
+    /// `goal`, `mode`, `continue`, `declineExam`, `locale`, `autopilot` or `focus`.
     pub kind: &'static str,
     /// The option's label in the learner's language.
     pub label: String,
-    /// The goal's title (goal options).
+    /// The goal's title (goal options) or the area's (focus options; absent for the whole
+    /// curriculum).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// The mode (mode options).
@@ -206,12 +224,13 @@ pub struct OptionView {
     pub choice: OptionChoice,
 }
 
-/// The learner's standing preferences (language, autopilot) with their options.
+/// The learner's standing preferences (language, autopilot, focus) with their options.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Settings {
     /// Whether autopilot is on.
     pub autopilot: bool,
-    /// Locale and autopilot options, always published.
+    /// Locale and autopilot options, always published; focus options while nothing is being
+    /// taught or checked.
     pub options: Vec<OptionView>,
 }
 
@@ -357,6 +376,12 @@ pub fn full_context(input: &ContextInput<'_>, sealer: &dyn Sealer) -> FullContex
     };
     let total = pack.leaves().count();
     let mastered = pack.leaves().filter(|g| state.is_mastered(&g.id)).count();
+    let focus = state.focus.as_deref().zip(state.focus_progress(pack)).map(|(area, (mastered, total))| FocusProgress {
+        goal_id: area.to_owned(),
+        title: pack.goal(area).map(|g| pack.text(&g.title, loc).to_owned()).unwrap_or_default(),
+        mastered,
+        total,
+    });
     let counts = plan_counts(state, *now, *tz);
     let option_view = |choice: &OptionChoice| option_view(pack, loc, lang, version, choice, sealer);
 
@@ -373,7 +398,7 @@ pub fn full_context(input: &ContextInput<'_>, sealer: &dyn Sealer) -> FullContex
         communication_locale: state.locale.clone(),
         state_version: version,
         active_goal,
-        progress: Progress { mastered, total },
+        progress: Progress { mastered, total, focus },
         recall: RecallFacts { due_cards: state.due_cards(pack, *now).len() },
         exam: ExamFacts { released: state.exam_released(pack) },
         plan_status: PlanStatus {
@@ -427,6 +452,12 @@ fn option_view(pack: &Pack, loc: &str, lang: Lang, version: u64, choice: &Option
             view.kind = "autopilot";
             view.label = text::autopilot_label(lang, *autopilot).to_owned();
             view.autopilot = Some(*autopilot);
+        }
+        OptionChoice::Focus { goal_id } => {
+            let title = goal_id.as_deref().and_then(|g| pack.goal(g)).map(|g| pack.text(&g.title, loc).to_owned());
+            view.kind = "focus";
+            view.label = text::focus_label(lang, title.as_deref());
+            view.title = title;
         }
     }
     view

@@ -89,6 +89,7 @@ impl Receipt {
             }
             Some(JourneyEvent::JourneyStarted { .. }) => Stored::JourneyStarted,
             Some(JourneyEvent::GoalActivated { goal_id, .. }) => Stored::OptionChosen { label: Some(title(goal_id)) },
+            Some(JourneyEvent::FocusChanged { goal_id, .. }) => Stored::OptionChosen { label: goal_id.as_deref().map(title) },
             Some(JourneyEvent::LocaleChanged { .. } | JourneyEvent::AutopilotChanged { .. } | JourneyEvent::NextStepDecided { .. }) => {
                 Stored::OptionChosen { label: None }
             }

@@ -109,6 +109,16 @@ pub fn locale_label(lang: Lang, locale: &str) -> String {
     }
 }
 
+/// Label of a focus option: an area's title, or the whole curriculum.
+pub fn focus_label(lang: Lang, area: Option<&str>) -> String {
+    match (lang, area) {
+        (Lang::De, Some(title)) => format!("Fokus: {title}"),
+        (Lang::En, Some(title)) => format!("Focus: {title}"),
+        (Lang::De, None) => "Fokus: das ganze Curriculum".to_owned(),
+        (Lang::En, None) => "Focus: the whole curriculum".to_owned(),
+    }
+}
+
 /// Label of an autopilot option.
 pub fn autopilot_label(lang: Lang, on: bool) -> &'static str {
     match (lang, on) {

@@ -30,6 +30,8 @@ fn depth<'a>(pack: &'a Pack, id: &'a str, memo: &mut BTreeMap<&'a str, usize>) -
 /// The SVG of a journey's goals.
 pub(super) fn goal_graph(pack: &Pack, state: &LearningJourney, lang: &str, t: &Texts) -> String {
     let mut memo = BTreeMap::new();
+    // The focus as the journey reads it: its area and the goals the area builds on.
+    let scope = state.focus_scope(pack);
     let mut columns: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
     for leaf in pack.leaves() {
         let d = depth(pack, &leaf.id, &mut memo);
@@ -82,7 +84,7 @@ pub(super) fn goal_graph(pack: &Pack, state: &LearningJourney, lang: &str, t: &T
             GoalStatus::Available => ("#4a78b5", "#fff", t.legend_available),
             GoalStatus::Locked => ("#b8b8b2", "#1d1d1b", t.legend_locked),
         };
-        let in_focus = state.focus.as_deref().is_some_and(|f| pack.is_within(&leaf.id, f));
+        let in_focus = scope.as_ref().is_some_and(|s| s.contains(leaf.id.as_str()));
         let stroke =
             if status == GoalStatus::Active { r##"stroke="#1d1d1b" stroke-width="4""## } else { r##"stroke="#333" stroke-width="1""## };
         let title = pack.text(&leaf.title, lang);
@@ -98,7 +100,7 @@ pub(super) fn goal_graph(pack: &Pack, state: &LearningJourney, lang: &str, t: &T
         if in_focus {
             let _ = write!(
                 svg,
-                r##"<rect x="{}" y="{}" width="{}" height="{}" rx="11" fill="none" stroke="#1f3a5f" stroke-dasharray="5 3" stroke-width="2"><title>{}</title></rect>"##,
+                r##"<rect class="focus" x="{}" y="{}" width="{}" height="{}" rx="11" fill="none" stroke="#1f3a5f" stroke-dasharray="5 3" stroke-width="2"><title>{}</title></rect>"##,
                 x - 4,
                 y - 4,
                 W + 8,

@@ -433,6 +433,7 @@ async fn progress(State(web): State<Arc<Web>>, Query(query): Query<LangQuery>, h
             curriculum => pack.text(&pack.title, lang).to_owned(),
             status_line => ctx.plan_status.status_line,
             mastered => ctx.progress.mastered, total => ctx.progress.total,
+            focus => ctx.progress.focus,
             active, graph => svg,
         },
         set,

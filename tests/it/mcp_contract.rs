@@ -783,6 +783,56 @@ async fn a_returning_learner_after_the_end_is_offered_the_due_recall(t: Arc<Test
     assert!(!started["questions"].as_array().unwrap().is_empty(), "{started}");
 }
 
+fn focus_options(ctx: &Value) -> Vec<Value> {
+    ctx["settings"]["options"].as_array().into_iter().flatten().filter(|o| o["kind"] == "focus").cloned().collect()
+}
+
+/// Contract (the backend owns the focus): the learner focuses on one top-level area through a
+/// published option — one per area, and the whole curriculum back — never while a goal is taught;
+/// the choice is a `FocusChanged` event, the next step is decided inside the focus, and the focus
+/// with its counts shows in the context and on `/progress` (its goals outlined in the graph).
+async fn a_focus_chosen_by_the_learner_limits_the_journey_and_shows_in_context_and_on_progress(t: Arc<TestApp>) {
+    let c = coach(&t).await;
+    let ctx = c.ctx(&t).await;
+    assert_eq!(ctx["requiredAction"], "teachActiveGoal", "{ctx}");
+    assert!(focus_options(&ctx).is_empty(), "no focus choice while a goal is taught: {ctx}");
+    let args = json!({
+        "expectedStateVersion": ctx["stateVersion"],
+        "clientRequestId": uuid::Uuid::new_v4().to_string(),
+        "decision": {"evidence": "independent", "consent": "closeOnly"}
+    });
+    let (err, done) = c.call(&t, "complete_skillpilot_goal", args).await;
+    assert!(!err, "{done}");
+    let titles: Vec<Value> = focus_options(&done).iter().map(|o| o["title"].clone()).collect();
+    assert_eq!(titles, ["Grundlagen der Brüche", "Brüche vergleichen", "Mit Brüchen rechnen"], "one choice per area: {done}");
+    assert!(done["progress"].get("focus").is_none(), "the whole curriculum is no focus: {done}");
+    let before = storage(&t).await.0;
+    let (err, focused) =
+        c.call(&t, "choose_skillpilot_option", json!({"option": published(&done, "focus", "title", "Grundlagen der Brüche")})).await;
+    assert!(!err, "{focused}");
+    assert_eq!(
+        focused["progress"]["focus"],
+        json!({"goalId": "basics", "title": "Grundlagen der Brüche", "mastered": 1, "total": 4}),
+        "{focused}"
+    );
+    let events = t.app.store.scan_events(None, 100_000).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.event_type == "FocusChanged").count(), 1);
+    assert!(storage(&t).await.0 > before);
+    // A wish to go on inside the focus: cards are due and the basics hold next goals.
+    assert_eq!(focused["requiredAction"], "chooseOption", "{focused}");
+    let (err, learn) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&focused, "mode", "mode", "learn")})).await;
+    assert!(!err, "{learn}");
+    let goals: Vec<Value> = learn["options"].as_array().unwrap().iter().map(|o| o["title"].clone()).collect();
+    assert_eq!(goals, ["Brüche auf dem Zahlenstrahl", "Gleichwertige Brüche (Erweitern)"], "the focus's frontier: {learn}");
+    crate::web::browser(&t, "progress-focus", &c.token, &["Grundlagen der Brüche", "1 / 4"]).await;
+    // The whole curriculum again: the focus leaves the context.
+    let whole = focus_options(&learn).into_iter().find(|o| o.get("title").is_none()).expect("a whole-curriculum option");
+    assert_eq!(whole["label"], "Fokus: das ganze Curriculum");
+    let (err, back) = c.call(&t, "choose_skillpilot_option", json!({"option": whole["payload"]})).await;
+    assert!(!err, "{back}");
+    assert!(back["progress"].get("focus").is_none(), "{back}");
+}
+
 /// Contract (retry identity, journey start): two first session starts racing over real HTTP for
 /// a journey that does not exist yet both succeed, on one journey with one `JourneyStarted` —
 /// the loser's start finds the journey started, never a `STATE_CONFLICT`.
@@ -799,6 +849,7 @@ async fn identical_first_session_starts_begin_one_journey(t: Arc<TestApp>) {
 }
 
 both_stores!(
+    a_focus_chosen_by_the_learner_limits_the_journey_and_shows_in_context_and_on_progress,
     identical_first_session_starts_begin_one_journey,
     a_returning_learner_after_the_end_is_offered_the_due_recall,
     identical_starts_give_one_batch_and_a_late_exact_retry_returns_it,

@@ -21,7 +21,7 @@ fn shots() -> PathBuf {
     dir
 }
 
-async fn browser(t: &TestApp, scenario: &str, token: &str, expect: &[&str]) {
+pub(crate) async fn browser(t: &TestApp, scenario: &str, token: &str, expect: &[&str]) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/web/browser.mjs");
     assert!(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/web/node_modules/playwright-core").exists(),

@@ -49,6 +49,16 @@ try {
     if ((await page.locator("svg line").count()) < 10) fail("prerequisite arrows missing");
     await page.setViewportSize({ width: 1100, height: 760 });
     await page.screenshot({ path: `${shots}/progress.png`, fullPage: true });
+  } else if (scenario === "progress-focus") {
+    const [area, count] = expect;
+    await signIn("/progress");
+    const shown = await page.locator("#focus").innerText();
+    if (shown !== area) fail(`focus "${shown}", expected "${area}"`);
+    const counted = await page.locator("#focus-count").innerText();
+    if (counted !== count) fail(`focus count "${counted}", expected "${count}"`);
+    const outlined = await page.locator("svg rect.focus").count();
+    if (String(outlined) !== count.split(" / ")[1]) fail(`the graph outlines ${outlined} goals as the focus, expected ${count}`);
+    await page.screenshot({ path: `${shots}/progress-focus.png`, fullPage: true });
   } else if (scenario === "operator") {
     const [refusedTool] = expect;
     await signIn("/operator");

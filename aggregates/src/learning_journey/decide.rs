@@ -135,6 +135,11 @@ impl Decision {
             OptionChoice::Mode { mode: Mode::Learn } => self.next_goal(pack, now),
             OptionChoice::Mode { mode: Mode::VerifiedRecall } => return self.start_recall(pack, now),
             OptionChoice::Continue => self.advance(pack, now),
+            // Choosing a focus is a wish to learn there: the next step is decided inside it.
+            OptionChoice::Focus { goal_id } => {
+                self.emit(JourneyEvent::FocusChanged { goal_id, at: now });
+                self.advance(pack, now);
+            }
             OptionChoice::DeclineExam => self.emit(JourneyEvent::NextStepDecided { step: NextStep::ConfirmCompletion, at: now }),
         }
         Ok(())

@@ -72,6 +72,13 @@ pub enum JourneyEvent {
         /// When it happened, by the injected clock.
         at: DateTime<Utc>,
     },
+    /// The learner focused on one top-level area, or on the whole curriculum again.
+    FocusChanged {
+        /// The area's goal id; `None` is the whole curriculum.
+        goal_id: Option<String>,
+        /// When it happened, by the injected clock.
+        at: DateTime<Utc>,
+    },
     /// A verified-recall batch was chosen and shown.
     RecallBatchStarted {
         /// The workflow instance (the sequence number of this event).
@@ -156,6 +163,7 @@ impl JourneyEvent {
             | Self::NextStepDecided { at, .. }
             | Self::LocaleChanged { at, .. }
             | Self::AutopilotChanged { at, .. }
+            | Self::FocusChanged { at, .. }
             | Self::RecallBatchStarted { at, .. }
             | Self::RecallAnswersReleased { at, .. }
             | Self::RecallResultsRecorded { at, .. }
@@ -175,6 +183,7 @@ impl DomainEvent for JourneyEvent {
             Self::NextStepDecided { .. } => "NextStepDecided",
             Self::LocaleChanged { .. } => "LocaleChanged",
             Self::AutopilotChanged { .. } => "AutopilotChanged",
+            Self::FocusChanged { .. } => "FocusChanged",
             Self::RecallBatchStarted { .. } => "RecallBatchStarted",
             Self::RecallAnswersReleased { .. } => "RecallAnswersReleased",
             Self::RecallResultsRecorded { .. } => "RecallResultsRecorded",

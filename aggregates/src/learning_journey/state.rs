@@ -70,13 +70,12 @@ pub enum OptionChoice {
         /// On or off.
         autopilot: bool,
     },
-}
-
-impl OptionChoice {
-    /// Whether this is a standing preference (always published, changes no required action).
-    pub fn is_setting(&self) -> bool {
-        matches!(self, Self::Locale { .. } | Self::Autopilot { .. })
-    }
+    /// Focus on one top-level area of the curriculum, or (without a goal) on all of it.
+    Focus {
+        /// The area's goal id; `None` is the whole curriculum.
+        #[serde(rename = "goalId")]
+        goal_id: Option<String>,
+    },
 }
 
 /// What the journey waits for when no workflow is open.
@@ -239,7 +238,8 @@ pub struct LearningJourney {
     pub locale: String,
     /// Whether the learner delegated the choice between sensible next steps.
     pub autopilot: bool,
-    /// Focus: a parent goal limiting the frontier, or the whole curriculum.
+    /// Focus: a top-level area limiting the frontier, recall and progress; `None` is the whole
+    /// curriculum.
     pub focus: Option<String>,
     /// The goal being taught.
     pub active_goal: Option<String>,
@@ -331,29 +331,49 @@ impl LearningJourney {
         }
     }
 
+    /// The leaves the focus covers: the leaves of the focus area and, transitively, the leaves
+    /// they build on (a focus on a later area teaches what it needs first). `None` without a
+    /// focus: every leaf.
+    pub fn focus_scope<'a>(&self, pack: &'a Pack) -> Option<BTreeSet<&'a str>> {
+        // The pack's own id: the scope borrows from the pack, not from the state.
+        let focus = pack.goal(self.focus.as_deref()?)?.id.as_str();
+        let mut scope: BTreeSet<&'a str> = BTreeSet::new();
+        let mut todo: Vec<&'a str> = pack.leaves_under(focus).into_iter().map(|g| g.id.as_str()).collect();
+        while let Some(leaf) = todo.pop() {
+            if scope.insert(leaf) {
+                todo.extend(pack.prerequisite_leaves(leaf));
+            }
+        }
+        Some(scope)
+    }
+
     /// The frontier (R-3a): unmastered leaves of the focus whose prerequisites are all mastered,
     /// in curriculum order. The active goal is on it while it is taught.
     pub fn frontier<'a>(&self, pack: &'a Pack) -> Vec<&'a str> {
+        let scope = self.focus_scope(pack);
         pack.leaves()
-            .filter(|g| self.in_focus(pack, &g.id))
+            .filter(|g| scope.as_ref().is_none_or(|s| s.contains(g.id.as_str())))
             .filter(|g| !self.is_mastered(&g.id))
             .filter(|g| pack.prerequisite_leaves(&g.id).iter().all(|p| self.is_mastered(p)))
             .map(|g| g.id.as_str())
             .collect()
     }
 
-    pub(super) fn in_focus(&self, pack: &Pack, goal: &str) -> bool {
-        self.focus.as_deref().is_none_or(|f| pack.is_within(goal, f))
+    /// Mastered and all leaves of the focus; `None` without a focus.
+    pub fn focus_progress(&self, pack: &Pack) -> Option<(usize, usize)> {
+        let scope = self.focus_scope(pack)?;
+        Some((scope.iter().filter(|g| self.is_mastered(g)).count(), scope.len()))
     }
 
     /// Cards due at `now` of mastered goals in the focus, most overdue first.
     pub fn due_cards(&self, pack: &Pack, now: DateTime<Utc>) -> Vec<String> {
+        let scope = self.focus_scope(pack);
         let mut due: Vec<(DateTime<Utc>, usize, &str)> = Vec::new();
         let mut order = 0usize;
         for goal in pack.leaves() {
             for card in &goal.cards {
                 order += 1;
-                if !self.is_mastered(&goal.id) || !self.in_focus(pack, &goal.id) {
+                if !self.is_mastered(&goal.id) || scope.as_ref().is_some_and(|s| !s.contains(goal.id.as_str())) {
                     continue;
                 }
                 if let Some(mem) = self.cards.get(&card.id) {
@@ -410,11 +430,35 @@ impl LearningJourney {
         }
     }
 
-    /// The standing preferences, always published: every other locale and the autopilot toggle.
+    /// The standing preferences: every other locale and the autopilot toggle, always; the focus
+    /// choices whenever nothing is being taught or checked (a goal in teaching or an open
+    /// workflow is finished first).
     pub fn setting_options(&self, pack: &Pack) -> Vec<OptionChoice> {
         let mut out: Vec<OptionChoice> =
             pack.locales.iter().filter(|l| **l != self.locale).map(|l| OptionChoice::Locale { locale: l.clone() }).collect();
         out.push(OptionChoice::Autopilot { autopilot: !self.autopilot });
+        if self.workflow.is_none() && self.next != NextStep::Teach {
+            out.extend(self.focus_options(pack));
+        }
+        out
+    }
+
+    /// One focus choice per top-level area of the pack that is not the focus now (a mastered area
+    /// too: focusing there reviews its due cards), then the whole curriculum when a focus is set.
+    /// A pack with fewer than two areas has nothing to focus on.
+    fn focus_options(&self, pack: &Pack) -> Vec<OptionChoice> {
+        let areas: Vec<&str> = pack.goals.iter().filter(|g| g.parent.is_none() && pack.is_parent(&g.id)).map(|g| g.id.as_str()).collect();
+        if areas.len() < 2 {
+            return Vec::new();
+        }
+        let mut out: Vec<OptionChoice> = areas
+            .into_iter()
+            .filter(|a| self.focus.as_deref() != Some(*a))
+            .map(|a| OptionChoice::Focus { goal_id: Some(a.to_owned()) })
+            .collect();
+        if self.focus.is_some() {
+            out.push(OptionChoice::Focus { goal_id: None });
+        }
         out
     }
 
@@ -473,6 +517,7 @@ impl LearningJourney {
             JourneyEvent::NextStepDecided { step, .. } => self.next = step,
             JourneyEvent::LocaleChanged { locale, .. } => self.locale = locale,
             JourneyEvent::AutopilotChanged { enabled, .. } => self.autopilot = enabled,
+            JourneyEvent::FocusChanged { goal_id, .. } => self.focus = goal_id,
             JourneyEvent::RecallBatchStarted { instance, cards, .. } => {
                 self.workflow = Some(Workflow::VerifiedRecall { instance, cards, step: RecallStep::AwaitingAnswers });
             }

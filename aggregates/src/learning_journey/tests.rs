@@ -386,3 +386,121 @@ fn without_reachable_recall_the_policy_never_offers_it() {
     assert!(matches!(g.state.next, NextStep::ChooseGoal { .. }), "{:?}", g.state.next);
     assert_eq!(g.state.decide(JourneyCommand::StartRecall, &svc), Err(JourneyError::NotAllowed));
 }
+
+fn focus_on(area: Option<&str>) -> JourneyCommand {
+    JourneyCommand::ChooseOption { choice: OptionChoice::Focus { goal_id: area.map(str::to_owned) } }
+}
+
+/// Run the recall the journey offers, every card passed, until it offers something else.
+fn run_recall(g: &mut Given) {
+    for _ in 0..50 {
+        match g.state.workflow.clone() {
+            Some(Workflow::VerifiedRecall { instance, step: RecallStep::AwaitingAnswers, .. }) => {
+                g.ok(JourneyCommand::ReleaseRecallAnswers { instance });
+            }
+            Some(Workflow::VerifiedRecall { instance, cards, step: RecallStep::AnswersReleased }) => {
+                g.ok(JourneyCommand::RecordRecallResults { instance, passed: vec![true; cards.len()] });
+            }
+            _ if matches!(g.state.next, NextStep::OfferRecall | NextStep::OfferNextRecallBatch) => {
+                g.ok(JourneyCommand::StartRecall);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Master the active goal and every goal after it (autopilot: first in curriculum order, recall
+/// passed) until `n` goals are mastered; the last completion waits for the learner.
+fn master_in_order(g: &mut Given, n: usize) {
+    if !g.state.autopilot {
+        g.ok(JourneyCommand::ChooseOption { choice: OptionChoice::Autopilot { autopilot: true } });
+    }
+    for _ in 0..200 {
+        let mastered = g.state.goals.values().filter(|p| p.mastered).count();
+        run_recall(g);
+        if g.state.next == NextStep::Teach {
+            g.complete(if mastered + 1 == n { Consent::CloseOnly } else { Consent::CloseAndContinue });
+        } else {
+            break;
+        }
+    }
+    assert_eq!(g.state.goals.values().filter(|p| p.mastered).count(), n);
+}
+
+#[test]
+fn focus_choices_are_published_per_area_only_while_nothing_is_taught_or_checked() {
+    let mut g = Given::started();
+    let focus = |g: &Given| g.state.setting_options(&g.pack).into_iter().filter(|c| matches!(c, OptionChoice::Focus { .. })).count();
+    assert_eq!(g.state.next, NextStep::Teach);
+    assert_eq!(focus(&g), 0, "not while a goal is taught");
+    assert_eq!(g.when(focus_on(Some("comparing"))), Err(JourneyError::OptionInvalid));
+    g.complete(Consent::CloseOnly);
+    // Three top-level areas, no focus yet: one choice each, no "whole curriculum".
+    let areas: Vec<_> = g.state.setting_options(&g.pack).into_iter().filter(|c| matches!(c, OptionChoice::Focus { .. })).collect();
+    assert_eq!(
+        areas,
+        ["basics", "comparing", "operations"].map(|a| OptionChoice::Focus { goal_id: Some(a.into()) }).to_vec(),
+        "one per top-level area"
+    );
+    g.ok(focus_on(Some("comparing")));
+    let after = g.state.setting_options(&g.pack);
+    assert!(after.contains(&OptionChoice::Focus { goal_id: None }), "the whole curriculum comes back as a choice");
+    assert!(!after.contains(&OptionChoice::Focus { goal_id: Some("comparing".into()) }), "not the focus it has");
+    // A goal of another area is no focus area; the tokens are checked against what is published.
+    assert_eq!(g.when(focus_on(Some("number-line"))), Err(JourneyError::OptionInvalid));
+}
+
+#[test]
+fn a_focus_limits_the_frontier_to_its_area_and_what_the_area_builds_on() {
+    let mut g = Given::started();
+    master_in_order(&mut g, 5); // part-of-whole, number-line, equivalent, simplify, compare-same-denominator
+    let unfocused = g.state.frontier(&g.pack).into_iter().map(str::to_owned).collect::<Vec<_>>();
+    assert!(
+        unfocused.contains(&"add-same-denominator".to_owned()) && unfocused.contains(&"common-denominator".to_owned()),
+        "{unfocused:?}"
+    );
+    let events = g.ok(focus_on(Some("comparing")));
+    assert!(matches!(events[0], JourneyEvent::FocusChanged { goal_id: Some(ref a), .. } if a == "comparing"));
+    assert_eq!(g.state.focus.as_deref(), Some("comparing"));
+    assert_eq!(g.state.frontier(&g.pack), vec!["common-denominator"], "operations' goals are out of the comparing focus");
+    assert_eq!(g.state.focus_progress(&g.pack), Some((5, 7)), "comparing's three goals and the four basics they build on");
+    // The choice is a wish to go on there: compare-same-denominator's cards are due (it was just
+    // mastered) and autopilot is on, so recall comes first; then the one goal of the focus.
+    assert_eq!(g.state.next, NextStep::OfferRecall);
+    run_recall(&mut g);
+    assert_eq!(g.active(), Some("common-denominator"));
+    // A focus on a later area teaches what it builds on first.
+    let mut h = Given::started();
+    h.complete(Consent::CloseOnly);
+    h.ok(focus_on(Some("operations")));
+    let frontier = h.state.frontier(&h.pack);
+    assert!(frontier.iter().all(|goal| h.state.focus_scope(&h.pack).unwrap().contains(goal)));
+    assert!(frontier.contains(&"number-line"), "operations builds on the number line: {frontier:?}");
+}
+
+#[test]
+fn a_focus_limits_recall_to_its_cards_and_ends_in_completion_of_the_focus() {
+    let mut g = Given::started();
+    master_in_order(&mut g, 5);
+    g.now += Duration::days(90);
+    assert_eq!(g.state.due_cards(&g.pack, g.now).len(), 15, "every card of the five goals fell due");
+    g.ok(focus_on(Some("basics")));
+    let due = g.state.due_cards(&g.pack, g.now);
+    assert_eq!(due.len(), 12, "only the basics' cards: {due:?}");
+    assert!(due.iter().all(|c| g.pack.card(c).is_some_and(|(goal, _)| g.pack.is_within(&goal.id, "basics"))));
+    // Nothing left to learn in the focus, cards due: the recall is offered, and holds basics only.
+    assert_eq!(g.state.next, NextStep::OfferRecall);
+    run_recall(&mut g);
+    assert!(g.state.due_cards(&g.pack, g.now).is_empty());
+    // The focus is done and the exam (scope: all three areas) is not released: completion of the
+    // focus is confirmed, not the exam offered.
+    assert_eq!(g.state.next, NextStep::ConfirmCompletion);
+    assert!(!g.state.exam_released(&g.pack));
+    // The whole curriculum again: compare-same-denominator's cards are due once more and next
+    // goals exist; autopilot puts recall first.
+    g.ok(focus_on(None));
+    assert_eq!(g.state.focus, None);
+    assert_eq!(g.state.due_cards(&g.pack, g.now).len(), 3);
+    assert_eq!(g.state.next, NextStep::OfferRecall);
+    assert!(!g.state.frontier(&g.pack).is_empty());
+}
