@@ -67,6 +67,8 @@ pub enum Role {
     Recall,
     /// One step of the exam workflow.
     Exam,
+    /// Shows a goal's authorized picture.
+    Picture,
     Other,
 }
 
@@ -306,7 +308,7 @@ pub fn handshake(defs: &[ToolMeta], keys: &[ContextKey], lock: &Lock) -> Registr
         let mut steps = defs.iter().filter(|d| d.role == role).peekable();
         steps.peek().is_some() && steps.all(|d| tools.iter().any(|t| t.name == d.name && t.grade != Grade::Refused))
     };
-    let features = Features { recall: workflow(Role::Recall), exam: workflow(Role::Exam) };
+    let features = Features { recall: workflow(Role::Recall), exam: workflow(Role::Exam), picture: workflow(Role::Picture) };
     let context_tool = defs.iter().find(|d| d.role == Role::Context).map(|d| d.name);
     Registry { report: whole_picture(defs, keys), tools, features, context_tool }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::helpers::{content_dir, spawn, Backend, TestApp};
-use crate::mcp_contract::{call, coach};
+use crate::mcp_contract::{call, coach, coach_at_start};
 
 async fn sixty_four_clients_on_one_version_get_exactly_one_success(t: Arc<TestApp>) {
     let c = coach(&t).await;
@@ -37,8 +37,8 @@ async fn sixty_four_clients_on_one_version_get_exactly_one_success(t: Arc<TestAp
 }
 
 async fn a_retry_storm_over_http_has_one_effect_per_key(t: Arc<TestApp>) {
-    let c = coach(&t).await;
-    // Five successive writes, each sent three times at once.
+    let c = coach_at_start(&t).await;
+    // Five successive writes, each sent three times at once (the first: the wish to begin).
     for step in 0..5 {
         let ctx = c.ctx(&t).await;
         let args = match ctx["requiredAction"].as_str().unwrap() {

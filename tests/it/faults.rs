@@ -255,7 +255,8 @@ async fn a_store_outage_gives_store_unavailable_and_the_server_recovers_without_
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let recovered = recovered.expect("the server serves again after the store came back");
-    assert_eq!(recovered["structuredContent"]["requiredAction"], "teachActiveGoal");
+    // The fresh journey as it was: waiting for the learner's wish to begin.
+    assert_eq!(recovered["structuredContent"]["requiredAction"], "awaitLearnerContinuation");
     assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
     server.kill().unwrap();
     server.wait().unwrap();

@@ -283,7 +283,7 @@ async fn the_json_log_of_a_golden_journey_has_an_access_line_per_request_and_a_s
     assert!(access.iter().any(|l| l["path"] == "/v1/learning-sessions" && l["status"] == 201 && l["method"] == "POST"));
     assert!(access.iter().all(|l| l["request_id"].as_str().is_some_and(|id| !id.is_empty()) && l["duration_ms"].is_number()));
     let calls: Vec<&Value> = lines.iter().filter(|l| l["message"] == "tool call").collect();
-    assert_eq!(calls.len(), 8, "journey a makes 8 tool calls");
+    assert_eq!(calls.len(), 10, "journey a makes 10 tool calls");
     for call in &calls {
         let span = call["spans"].as_array().unwrap().iter().find(|s| s["name"] == "tool_call").expect("inside the tool-call span");
         assert!(

@@ -140,11 +140,39 @@ impl TestApp {
         self.app.authenticate(token).await.unwrap()
     }
 
-    /// A learner with a started session.
+    /// A learner with a started session whose first goal is being taught (the learner's wish to
+    /// begin is taken).
     pub async fn started(&self) -> SessionStarted {
         let token = self.learner("Ada").await;
         let principal = self.principal(&token).await;
-        self.app.start_session(&principal, StartSession { time_zone: Some("Europe/Berlin".into()), ..Default::default() }).await.unwrap()
+        let s = self
+            .app
+            .start_session(&principal, StartSession { time_zone: Some("Europe/Berlin".into()), ..Default::default() })
+            .await
+            .unwrap();
+        self.begin(&s.journey_id).await;
+        s
+    }
+
+    /// The learner's wish to begin a fresh journey that waits for it (the first goal has a
+    /// picture): the published `continue` option. Nothing when the journey waits for nothing.
+    pub async fn begin(&self, journey_id: &str) {
+        use aggregates::learning_journey::{JourneyCommand, NextStep, OptionChoice};
+        use skillpilot::app::journeys::{Actor, CommandRequest};
+        let state = self.app.load_journey(journey_id).await.unwrap().state;
+        if state.next != NextStep::AwaitContinuation || state.version != 2 {
+            return;
+        }
+        let begin = CommandRequest {
+            journey_id: journey_id.to_owned(),
+            command: JourneyCommand::ChooseOption { choice: OptionChoice::Continue },
+            expected_version: Some(2),
+            identity: None,
+            tool: "test",
+            actor: Actor::Learner,
+            call: None,
+        };
+        self.app.execute(begin, None).await.unwrap();
     }
 
     /// A second application instance on the same database, with its own caches (another

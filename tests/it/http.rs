@@ -89,11 +89,12 @@ async fn the_cli_creates_learners_and_prints_events_as_json_lines(t: Arc<TestApp
     let out = t.cli(&["events", &started.journey_id]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // Started; the first goal (it has a picture) waits for the learner's wish to begin.
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["eventType"], "JourneyStarted");
     assert_eq!(lines[1]["sequence"], 2);
     assert!(lines[1]["metadata"]["chainHash"].is_string());
-    let out = t.cli(&["events", "--type", "GoalActivated"]);
+    let out = t.cli(&["events", "--type", "NextStepDecided"]);
     assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 1);
 }
 
@@ -130,8 +131,8 @@ async fn metrics_count_commands_conflicts_and_tool_exits(t: Arc<TestApp>) {
         actor: Actor::Learner,
         call: None,
     };
-    t.app.execute(complete(2), None).await.unwrap();
-    assert!(t.app.execute(complete(2), None).await.is_err());
+    t.app.execute(complete(3), None).await.unwrap();
+    assert!(t.app.execute(complete(3), None).await.is_err());
     let text = t.http.get(format!("{}/metrics", t.base_url)).send().await.unwrap().text().await.unwrap();
     assert!(text.contains(r#"skillpilot_commands_total{command="CompleteGoal",outcome="applied"} 1"#), "{text}");
     assert!(text.contains(r#"skillpilot_commands_total{command="CompleteGoal",outcome="conflict"} 1"#), "{text}");

@@ -43,7 +43,8 @@ pub(crate) async fn call(t: &TestApp, token: &str, name: &str, args: Value) -> (
     (result["isError"] == true, result["structuredContent"].clone())
 }
 
-pub(crate) async fn coach(t: &TestApp) -> Coach {
+/// A coach for a learner whose fresh journey waits for the wish to begin.
+pub(crate) async fn coach_at_start(t: &TestApp) -> Coach {
     let token = t.learner("Ada").await;
     let principal = t.principal(&token).await;
     t.app.start_session(&principal, StartSession::default()).await.unwrap();
@@ -52,11 +53,29 @@ pub(crate) async fn coach(t: &TestApp) -> Coach {
     Coach { token, sid: ctx["learningSessionId"].as_str().unwrap().to_owned() }
 }
 
+/// A coach whose learner has begun: the first goal is being taught.
+pub(crate) async fn coach(t: &TestApp) -> Coach {
+    let c = coach_at_start(t).await;
+    c.begin(t).await;
+    c
+}
+
 impl Coach {
     pub(crate) async fn ctx(&self, t: &TestApp) -> Value {
         let (err, ctx) = call(t, &self.token, "get_skillpilot_learning_context", json!({"learningSessionId": self.sid})).await;
         assert!(!err, "{ctx}");
         ctx
+    }
+
+    /// The learner wants to begin: the `continue` option of a fresh journey, when it waits for it.
+    pub(crate) async fn begin(&self, t: &TestApp) -> Value {
+        let ctx = self.ctx(t).await;
+        if ctx["requiredAction"] != "awaitLearnerContinuation" {
+            return ctx;
+        }
+        let (err, begun) = self.call(t, "choose_skillpilot_option", json!({"option": ctx["options"][0]["payload"]})).await;
+        assert!(!err, "{begun}");
+        begun
     }
 
     pub(crate) async fn call(&self, t: &TestApp, name: &str, mut args: Value) -> (bool, Value) {
@@ -536,27 +555,25 @@ async fn the_exam_refuses_early_starts_and_out_of_range_points(t: Arc<TestApp>) 
     refused(&t, &c, "get_skillpilot_exam_solutions", json!({"examCapability": "v4.local.forged"}), "CAPABILITY_INVALID").await;
 }
 
-/// Contract: the renderer accepts only `(goalId, expectedStateVersion)` pairs the backend issued
-/// in a render call for the current state — not a pair derived from the state alone.
-async fn the_renderer_accepts_only_the_pair_issued_for_the_current_state(t: Arc<TestApp>) {
-    let c = coach(&t).await;
+/// Contract: the first goal's picture is offered when the learner consents at session start —
+/// a continuation like the others; and the renderer accepts only `(goalId,
+/// expectedStateVersion)` pairs the backend issued in a render call for the current state, never
+/// a pair derived from the state alone.
+async fn the_first_goals_picture_follows_the_wish_to_begin_and_only_issued_pairs_render(t: Arc<TestApp>) {
+    let c = coach_at_start(&t).await;
     let start = c.ctx(&t).await;
-    // The shipped curriculum's one first goal, activated when the session starts.
+    assert_eq!(start["requiredAction"], "awaitLearnerContinuation", "nothing is presented before the learner wants to begin: {start}");
+    assert!(start.get("activeGoal").is_none(), "{start}");
     let (v, goal) = (start["stateVersion"].as_u64().unwrap(), "part-of-whole");
-    assert_eq!(start["requiredAction"], "teachActiveGoal", "{start}");
-    // The goal activated at session start is being taught, but no render call was issued for it.
+    // A pair derived from the state (the only goal on the frontier, the current version) was never issued.
     refused(&t, &c, "render_skillpilot_goal_visualization", json!({"goalId": goal, "expectedStateVersion": v}), "NOT_ALLOWED").await;
-    // Completing it and choosing to learn on activates the next goal: that result issues the call.
-    let done = complete_now(&t, &c, &start["stateVersion"]).await;
-    let (err, mut result) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&done, "mode", "mode", "learn")})).await;
-    assert!(!err, "{result}");
-    if result["requiredAction"] == "chooseOption" {
-        let (err, chosen) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&result, "goal", "", "")})).await;
-        assert!(!err, "{chosen}");
-        result = chosen;
-    }
-    let issued = result["continuation"]["toolCall"].clone();
-    assert_eq!(issued["name"], "render_skillpilot_goal_visualization", "a render call was issued: {result}");
+    let (err, begun) = c.call(&t, "choose_skillpilot_option", json!({"option": published(&start, "continue", "", "")})).await;
+    assert!(!err, "{begun}");
+    let issued = begun["continuation"]["toolCall"].clone();
+    assert_eq!(begun["continuation"]["action"], "renderGoalVisualizationThenTeachActiveGoal", "{begun}");
+    assert_eq!(issued["name"], "render_skillpilot_goal_visualization", "a render call was issued: {begun}");
+    assert_eq!(issued["arguments"]["goalId"], goal);
+    assert_eq!(begun["context"]["activeGoal"]["title"], "Was ein Bruch bedeutet", "the goal is taught right after: {begun}");
     let args = issued["arguments"].clone();
     let (err, ok) = c.call(&t, "render_skillpilot_goal_visualization", args.clone()).await;
     assert!(!err, "{ok}");
@@ -566,7 +583,7 @@ async fn the_renderer_accepts_only_the_pair_issued_for_the_current_state(t: Arc<
         &t,
         &c,
         "render_skillpilot_goal_visualization",
-        json!({"goalId": goal, "expectedStateVersion": args["expectedStateVersion"]}),
+        json!({"goalId": "number-line", "expectedStateVersion": args["expectedStateVersion"]}),
         "NOT_ALLOWED",
     )
     .await;
@@ -757,7 +774,7 @@ async fn a_returning_learner_after_the_end_is_offered_the_due_recall(t: Arc<Test
                     json!({"gradingCapability": workflow["gradingCapability"], "assessments": vec![json!({"passed": true}); n]}),
                 )
             }
-            "chooseOption" => ("choose_skillpilot_option", json!({"option": ctx["options"][0]["payload"]})),
+            "chooseOption" | "awaitLearnerContinuation" => ("choose_skillpilot_option", json!({"option": ctx["options"][0]["payload"]})),
             other => panic!("unexpected {other}: {ctx}"),
         };
         let (err, result) = c.call(&t, tool, args).await;
@@ -869,7 +886,7 @@ both_stores!(
     capabilities_are_bound_to_their_step_session_and_payload,
     a_capability_past_its_expiry_is_expired,
     the_exam_refuses_early_starts_and_out_of_range_points,
-    the_renderer_accepts_only_the_pair_issued_for_the_current_state,
+    the_first_goals_picture_follows_the_wish_to_begin_and_only_issued_pairs_render,
     every_tool_writes_its_own_started_and_one_exit,
 );
 

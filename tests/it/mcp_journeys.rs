@@ -88,16 +88,16 @@ macro_rules! journey {
     };
 }
 
-journey!(journey_a_teach_complete_mode_choice_learn_and_taught_successor, "a", 8);
-journey!(journey_b_close_only_then_an_explicit_continue, "b", 5);
-journey!(journey_c_verified_recall_over_three_turns_ending_in_a_picture, "c", 11);
-journey!(journey_d_exam_released_after_mastery_and_scored_by_the_backend, "d", 118);
-journey!(journey_e_a_locale_switch_turns_every_text_english, "e", 3);
-journey!(journey_a_over_the_initialize_handshake, "a", 8, "legacy");
-journey!(journey_b_over_the_initialize_handshake, "b", 5, "legacy");
-journey!(journey_c_over_the_initialize_handshake, "c", 11, "legacy");
-journey!(journey_d_over_the_initialize_handshake, "d", 118, "legacy");
-journey!(journey_e_over_the_initialize_handshake, "e", 3, "legacy");
+journey!(journey_a_teach_complete_mode_choice_learn_and_taught_successor, "a", 10);
+journey!(journey_b_close_only_then_an_explicit_continue, "b", 7);
+journey!(journey_c_verified_recall_over_three_turns_ending_in_a_picture, "c", 14);
+journey!(journey_d_exam_released_after_mastery_and_scored_by_the_backend, "d", 121);
+journey!(journey_e_a_locale_switch_turns_every_text_english, "e", 6);
+journey!(journey_a_over_the_initialize_handshake, "a", 10, "legacy");
+journey!(journey_b_over_the_initialize_handshake, "b", 7, "legacy");
+journey!(journey_c_over_the_initialize_handshake, "c", 14, "legacy");
+journey!(journey_d_over_the_initialize_handshake, "d", 121, "legacy");
+journey!(journey_e_over_the_initialize_handshake, "e", 6, "legacy");
 
 both_stores!(
     journey_a_teach_complete_mode_choice_learn_and_taught_successor,

@@ -164,7 +164,7 @@ async fn the_official_sdk_connects_through_the_built_in_authorization_server(t: 
     assert_eq!(seen["pages"], json!(["sign-in", "consent"]));
     assert_eq!(seen["registered"], true);
     assert_eq!(seen["scope"], LEARN_SCOPE);
-    assert_eq!(seen["calls"].as_array().unwrap().len(), 8, "golden journey a over OAuth: {seen}");
+    assert_eq!(seen["calls"].as_array().unwrap().len(), 10, "golden journey a over OAuth: {seen}");
     assert_eq!(seen["refreshed"], true);
     // The journey ran on the signed-in learner's own journey.
     let journey = t.app.gate(&principal).await.unwrap().row.journey_id;

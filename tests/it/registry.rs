@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use skillpilot::registry::{Lock, COMMITTED_LOCK};
 
 use crate::helpers::{spawn_with, Backend, TestApp};
-use crate::mcp_contract::{coach, rpc};
+use crate::mcp_contract::{coach_at_start, rpc};
 
 /// A copy of the committed lock with one tool's signature altered, as after a key's meaning
 /// changed under it without re-registration.
@@ -27,7 +27,10 @@ async fn with_drift(backend: Backend, tool: &str) -> TestApp {
 
 async fn a_refused_renderer_is_absent_and_successors_are_taught_without_a_picture(t: &TestApp) {
     let operator = t.app.create_staff_token(skillpilot::app::identity::Role::Operator).await.unwrap();
-    let c = coach(t).await;
+    let c = coach_at_start(t).await;
+    // Without the renderer there is no picture to offer at the start: the first goal is taught at once.
+    let first = c.ctx(t).await;
+    assert_eq!((first["requiredAction"].as_str(), first["stateVersion"].as_u64()), (Some("teachActiveGoal"), Some(2)), "{first}");
     let listed: Value = rpc(t, Some(&c.token), "tools/list", json!({})).await.json().await.unwrap();
     let names: Vec<&str> = listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names.len(), 9);
@@ -80,7 +83,7 @@ async fn a_refused_context_tool_makes_the_service_unready_but_it_still_starts(t:
 
 async fn the_operator_report_carries_the_quota_table_after_real_calls(t: Arc<TestApp>) {
     let operator = t.app.create_staff_token(skillpilot::app::identity::Role::Operator).await.unwrap();
-    let c = coach(&t).await;
+    let c = coach_at_start(&t).await;
     c.ctx(&t).await;
     let report: Value =
         t.http.get(format!("{}/v1/operator/registry", t.base_url)).bearer_auth(&operator).send().await.unwrap().json().await.unwrap();

@@ -46,13 +46,13 @@ async fn event_count(t: &TestApp, journey: &str) -> usize {
 async fn appended_events_load_back_into_the_same_state(t: Arc<TestApp>) {
     let s = t.started().await;
     let loaded = t.app.load_journey(&s.journey_id).await.unwrap();
-    assert_eq!(loaded.state.version, 2, "started and first goal activated");
+    assert_eq!(loaded.state.version, 3, "started, begun and first goal activated");
     assert_eq!(loaded.state.active_goal.as_deref(), Some("part-of-whole"));
 
     let done =
-        t.app.execute(complete(&s.journey_id, 2, "6f1c1f7e-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+        t.app.execute(complete(&s.journey_id, 3, "6f1c1f7e-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
     assert!(!done.replayed);
-    assert_eq!(done.committed.first().map(|(seq, _)| *seq), Some(3));
+    assert_eq!(done.committed.first().map(|(seq, _)| *seq), Some(4));
     let again = t.app.load_journey(&s.journey_id).await.unwrap();
     assert_eq!(again.state, done.state);
     assert_eq!(again.state.goals["part-of-whole"].mastery, 0.8);
@@ -70,7 +70,7 @@ async fn thirty_two_concurrent_writers_on_one_version_produce_exactly_one_succes
         let journey = s.journey_id.clone();
         tasks.push(tokio::spawn(async move {
             let id = format!("00000000-0000-4000-8000-{i:012}");
-            t.app.execute(complete(&journey, 2, &id, Evidence::Independent), None).await
+            t.app.execute(complete(&journey, 3, &id, Evidence::Independent), None).await
         }));
     }
     let mut ok = 0;
@@ -97,7 +97,7 @@ async fn a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_
         let t = t.clone();
         let journey = s.journey_id.clone();
         tasks.push(tokio::spawn(async move {
-            t.app.execute(complete(&journey, 2, "1b4e28ba-2fa1-4d2e-8b3e-000000000042", Evidence::Guided), None).await
+            t.app.execute(complete(&journey, 3, "1b4e28ba-2fa1-4d2e-8b3e-000000000042", Evidence::Guided), None).await
         }));
     }
     let mut receipts = Vec::new();
@@ -115,7 +115,7 @@ async fn a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_
     // Later, after other writes, an exact retry still returns the original result and writes nothing.
     t.app.execute(choose(&s.journey_id, OptionChoice::Autopilot { autopilot: true }), None).await.unwrap();
     let count = event_count(&t, &s.journey_id).await;
-    let retry = t.app.execute(complete(&s.journey_id, 2, "1b4e28ba-2fa1-4d2e-8b3e-000000000042", Evidence::Guided), None).await.unwrap();
+    let retry = t.app.execute(complete(&s.journey_id, 3, "1b4e28ba-2fa1-4d2e-8b3e-000000000042", Evidence::Guided), None).await.unwrap();
     assert!(retry.replayed);
     assert_eq!(receipt(&retry), receipts[0]);
     assert_eq!(event_count(&t, &s.journey_id).await, count);
@@ -124,10 +124,10 @@ async fn a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_
 async fn reusing_a_request_id_with_another_input_is_refused_and_writes_nothing(t: Arc<TestApp>) {
     let s = t.started().await;
     let id = "7d444840-9dc0-41d9-8a3c-000000000007";
-    t.app.execute(complete(&s.journey_id, 2, id, Evidence::Independent), None).await.unwrap();
+    t.app.execute(complete(&s.journey_id, 3, id, Evidence::Independent), None).await.unwrap();
     let count = event_count(&t, &s.journey_id).await;
     let state = t.app.load_journey(&s.journey_id).await.unwrap().state;
-    let reused = t.app.execute(complete(&s.journey_id, 2, id, Evidence::Guided), None).await;
+    let reused = t.app.execute(complete(&s.journey_id, 3, id, Evidence::Guided), None).await;
     assert!(matches!(reused, Err(AppError::IdempotencyKeyReused)), "{reused:?}");
     assert_eq!(event_count(&t, &s.journey_id).await, count);
     assert_eq!(t.app.load_journey(&s.journey_id).await.unwrap().state, state);
@@ -135,19 +135,19 @@ async fn reusing_a_request_id_with_another_input_is_refused_and_writes_nothing(t
 
 async fn a_stale_expected_version_is_a_state_conflict_checked_after_the_idempotency_lookup(t: Arc<TestApp>) {
     let s = t.started().await;
-    let stale = t.app.execute(complete(&s.journey_id, 1, "0d6f8a8e-1111-4000-8000-000000000001", Evidence::Independent), None).await;
-    assert!(matches!(stale, Err(AppError::StateConflict { current: 2 })), "{stale:?}");
-    let ok = t.app.execute(complete(&s.journey_id, 2, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
+    let stale = t.app.execute(complete(&s.journey_id, 2, "0d6f8a8e-1111-4000-8000-000000000001", Evidence::Independent), None).await;
+    assert!(matches!(stale, Err(AppError::StateConflict { current: 3 })), "{stale:?}");
+    let ok = t.app.execute(complete(&s.journey_id, 3, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
     // The same request again names a version that is stale by now, yet gets its original result.
     let retry =
-        t.app.execute(complete(&s.journey_id, 2, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
+        t.app.execute(complete(&s.journey_id, 3, "0d6f8a8e-1111-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
     assert!(retry.replayed);
     assert_eq!(retry.state, ok.state);
 }
 
 async fn a_modified_event_payload_is_named_by_audit_verify(t: Arc<TestApp>) {
     let s = t.started().await;
-    t.app.execute(complete(&s.journey_id, 2, "aa000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    t.app.execute(complete(&s.journey_id, 3, "aa000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
     assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
     let out = t.cli(&["audit", "verify"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -156,7 +156,7 @@ async fn a_modified_event_payload_is_named_by_audit_verify(t: Arc<TestApp>) {
 
     let sql = |cast: &str| {
         format!(
-            "UPDATE events SET payload = {} WHERE aggregate_id = '{}' AND sequence = 3",
+            "UPDATE events SET payload = {} WHERE aggregate_id = '{}' AND sequence = 4",
             cast.replace("P", "replace(CAST(payload AS TEXT), '0.8', '1.0')"),
             s.journey_id
         )
@@ -164,23 +164,23 @@ async fn a_modified_event_payload_is_named_by_audit_verify(t: Arc<TestApp>) {
     t.raw_sql(&sql("P"), &sql("CAST(P AS json)")).await;
     let report = t.app.audit_verify().await.unwrap();
     let broken = report.broken.expect("the tampering is found");
-    assert_eq!((broken.journey_id.as_str(), broken.sequence), (s.journey_id.as_str(), 3));
+    assert_eq!((broken.journey_id.as_str(), broken.sequence), (s.journey_id.as_str(), 4));
     let out = t.cli(&["audit", "verify"]);
     assert_ne!(out.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains(&s.journey_id) && stdout.contains("sequence 3"), "{stdout}");
+    assert!(stdout.contains(&s.journey_id) && stdout.contains("sequence 4"), "{stdout}");
     // The operator API runs and records it too.
     let operator = t.app.create_staff_token(skillpilot::app::identity::Role::Operator).await.unwrap();
     let body: serde_json::Value =
         t.http.post(format!("{}/v1/operator/audit/verify", t.base_url)).bearer_auth(&operator).send().await.unwrap().json().await.unwrap();
     assert_eq!(body["lastVerify"]["intact"], false);
-    assert!(body["lastVerify"]["brokenAt"].as_str().unwrap().contains("sequence 3"));
+    assert!(body["lastVerify"]["brokenAt"].as_str().unwrap().contains("sequence 4"));
 }
 
 async fn a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one(t: Arc<TestApp>) {
     let a = t.started().await;
     let b = t.started().await;
-    t.app.execute(complete(&a.journey_id, 2, "bb000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    t.app.execute(complete(&a.journey_id, 3, "bb000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
     t.app.execute(choose(&a.journey_id, OptionChoice::Mode { mode: Mode::VerifiedRecall }), None).await.unwrap();
     t.app.execute(choose(&b.journey_id, OptionChoice::Locale { locale: "en".into() }), None).await.unwrap();
     let report = t.app.replay().await.unwrap();
@@ -226,7 +226,7 @@ async fn a_snapshot_loads_to_the_same_state_as_the_full_fold(t: Arc<TestApp>) {
     assert!(loaded.snapshot_version >= 100, "a snapshot was taken: {}", loaded.snapshot_version);
     let folded: LearningJourney = t.app.fold_upto(&s.journey_id, loaded.state.version).await.unwrap();
     assert_eq!(*loaded.state, folded);
-    assert_eq!(loaded.state.version, 122);
+    assert_eq!(loaded.state.version, 123);
     fresh.store.close().await;
 }
 
@@ -260,11 +260,11 @@ async fn a_cached_journey_equals_the_full_fold_after_another_process_wrote_and_t
 
 async fn a_view_lost_between_commit_and_update_is_caught_up(t: Arc<TestApp>) {
     let s = t.started().await;
-    t.app.execute(complete(&s.journey_id, 2, "cc000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
-    // Simulate a crash after the commit: the view still shows the start.
+    t.app.execute(complete(&s.journey_id, 3, "cc000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    // Simulate a crash after the commit: the view still shows the begun journey.
     t.raw_sql(
-        &format!("UPDATE journey_context_view SET version = 2, payload = '{{}}' WHERE view_id = '{}'", s.journey_id),
-        &format!("UPDATE journey_context_view SET version = 2, payload = '{{}}' WHERE view_id = '{}'", s.journey_id),
+        &format!("UPDATE journey_context_view SET version = 3, payload = '{{}}' WHERE view_id = '{}'", s.journey_id),
+        &format!("UPDATE journey_context_view SET version = 3, payload = '{{}}' WHERE view_id = '{}'", s.journey_id),
     )
     .await;
     assert_eq!(t.app.catch_up_views().await.unwrap(), 1);
@@ -323,7 +323,7 @@ async fn forget_journey(t: &TestApp, journey: &str) {
 async fn a_deleted_tail_is_found_by_audit_verify_and_replay_refuses_to_swap_it_live(t: Arc<TestApp>) {
     // The newest event deleted: the remaining chain is intact, but the view is ahead of it.
     let a = t.started().await;
-    t.app.execute(complete(&a.journey_id, 2, "cc000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
+    t.app.execute(complete(&a.journey_id, 3, "cc000000-0000-4000-8000-000000000001", Evidence::Independent), None).await.unwrap();
     assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
     delete_tail(&t, &a.journey_id, Some(1)).await;
     let broken = t.app.audit_verify().await.unwrap().broken.expect("a deleted newest event is found");
@@ -339,7 +339,7 @@ async fn a_deleted_tail_is_found_by_audit_verify_and_replay_refuses_to_swap_it_l
 
     // The newest two deleted.
     let b = t.started().await;
-    t.app.execute(complete(&b.journey_id, 2, "cc000000-0000-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
+    t.app.execute(complete(&b.journey_id, 3, "cc000000-0000-4000-8000-000000000002", Evidence::Independent), None).await.unwrap();
     delete_tail(&t, &b.journey_id, Some(2)).await;
     let broken = t.app.audit_verify().await.unwrap().broken.expect("two deleted events are found");
     assert_eq!(broken.journey_id, b.journey_id);
@@ -355,7 +355,7 @@ async fn a_deleted_tail_is_found_by_audit_verify_and_replay_refuses_to_swap_it_l
 
     // Tail and view row deleted together: the checkpoint of the last clean verify still knows.
     let d = t.started().await;
-    t.app.execute(complete(&d.journey_id, 2, "cc000000-0000-4000-8000-000000000003", Evidence::Independent), None).await.unwrap();
+    t.app.execute(complete(&d.journey_id, 3, "cc000000-0000-4000-8000-000000000003", Evidence::Independent), None).await.unwrap();
     assert_eq!(t.app.audit_verify_recorded(usize::MAX, |_| {}).await.unwrap().broken, None);
     delete_tail(&t, &d.journey_id, Some(1)).await;
     let sql = format!("DELETE FROM journey_context_view WHERE view_id = '{}'", d.journey_id);
@@ -415,7 +415,7 @@ mod extra {
         let s = t.started().await;
         let tz = chrono_tz::Tz::Europe__Berlin;
         let steps = [
-            complete(&s.journey_id, 2, "dd000000-0000-4000-8000-000000000001", Evidence::Independent),
+            complete(&s.journey_id, 3, "dd000000-0000-4000-8000-000000000001", Evidence::Independent),
             choose(&s.journey_id, OptionChoice::Mode { mode: Mode::VerifiedRecall }),
         ];
         for step in steps {
@@ -440,7 +440,7 @@ mod extra {
         // Rewrite the stored GoalActivated as its version-0 form (no `at`), as an old release wrote it.
         let sql = |cast: &str| {
             format!(
-                "UPDATE events SET event_version = '0', payload = {} WHERE aggregate_id = '{}' AND sequence = 2",
+                "UPDATE events SET event_version = '0', payload = {} WHERE aggregate_id = '{}' AND sequence = 3",
                 cast.replace("P", "'{\"GoalActivated\":{\"goalId\":\"part-of-whole\"}}'"),
                 s.journey_id
             )
@@ -448,7 +448,7 @@ mod extra {
         t.raw_sql(&sql("P"), &sql("CAST(P AS json)")).await;
         let loaded = t.app.load_journey(&s.journey_id).await.unwrap();
         assert_eq!(loaded.state.active_goal.as_deref(), Some("part-of-whole"));
-        assert_eq!(loaded.state.version, 2);
+        assert_eq!(loaded.state.version, 3);
     }
 
     both_stores!(the_context_after_a_mutation_equals_a_fresh_read_of_that_version, an_event_of_an_old_schema_version_is_still_read);

@@ -59,6 +59,7 @@ async fn the_progress_page_shows_the_mastered_goals_and_the_active_goal(t: Arc<T
     let token = t.learner("Ada").await;
     let principal = t.principal(&token).await;
     let s = t.app.start_session(&principal, StartSession { locale: Some("de".into()), ..Default::default() }).await.unwrap();
+    t.begin(&s.journey_id).await;
     let run = |command| CommandRequest {
         journey_id: s.journey_id.clone(),
         command,

@@ -72,6 +72,16 @@ class Coach:
             check(self.results[-1]["meta"] and "skillpilot/goalPicture" in self.results[-1]["meta"], "picture in _meta")
         return result
 
+    async def begin(self):
+        """The first turn: the learner wants to begin; the first goal comes with its picture."""
+        ctx = await self.turn()
+        check(ctx["requiredAction"] == "awaitLearnerContinuation", "a fresh journey waits for the wish to begin")
+        check("activeGoal" not in ctx, "nothing is presented before the learner wants to begin")
+        begun = await self.follow(await self.call("choose_skillpilot_option", {"option": self.option(ctx, "continue")}))
+        check(begun["continuation"]["action"] == "renderGoalVisualizationThenTeachActiveGoal", "the first goal's picture, then teaching")
+        check(begun["context"]["activeGoal"]["title"] == "Was ein Bruch bedeutet", "the first goal is taught")
+        return begun
+
     def option(self, ctx, kind, **match):
         pool = ctx.get("options", []) + ctx.get("settings", {}).get("options", [])
         for o in pool:
@@ -125,10 +135,10 @@ async def complete(coach, ctx, **kw):
 
 
 async def journey_a(coach):
-    """First turn → teach → complete (closeAndContinue) → mode choice → learn → goal → taught with its picture."""
+    """First turn → begin (picture) → teach → complete (closeAndContinue) → mode choice → learn → goal → taught with its picture."""
+    await coach.begin()
     ctx = await coach.turn()
-    check(ctx["requiredAction"] == "teachActiveGoal", "first turn teaches")
-    ctx = await coach.turn()
+    check(ctx["requiredAction"] == "teachActiveGoal", "the begun goal is taught")
     done = await complete(coach, ctx)
     check(done["receipt"]["stored"] == "goalCompleted" and done["receipt"]["mastery"] == 0.8, "receipt with backend mastery")
     check(done["requiredAction"] == "chooseOption", "due cards and a next goal: a mode choice")
@@ -142,7 +152,7 @@ async def journey_a(coach):
     result = await coach.follow(await coach.call("choose_skillpilot_option", {"option": coach.option(ctx, "goal", title=title)}))
     check(result["context"]["activeGoal"]["title"] == title, "the chosen successor is taught")
     check(coach.turns == [
-        ["get_skillpilot_learning_context"],
+        ["get_skillpilot_learning_context", "choose_skillpilot_option", "render_skillpilot_goal_visualization"],
         ["get_skillpilot_learning_context", "complete_skillpilot_goal"],
         ["get_skillpilot_learning_context", "choose_skillpilot_option"],
         ["get_skillpilot_learning_context", "choose_skillpilot_option", "render_skillpilot_goal_visualization"],
@@ -151,7 +161,7 @@ async def journey_a(coach):
 
 async def journey_b(coach):
     """closeOnly keeps the successor unpresented until the learner continues."""
-    await coach.turn()
+    await coach.begin()
     ctx = await coach.turn()
     done = await complete(coach, ctx, consent="closeOnly")
     check(done["requiredAction"] == "awaitLearnerContinuation", "closeOnly waits")
@@ -162,11 +172,12 @@ async def journey_b(coach):
     went_on = await coach.call("choose_skillpilot_option", {"option": coach.option(ctx, "continue")})
     check(went_on["requiredAction"] == "chooseOption", "continue leads to the mode choice")
     check(went_on["receipt"]["stored"] == "optionChosen", "the choice has a receipt")
-    check(len(coach.calls) == 5, f"five calls: {coach.calls}")
+    check(len(coach.calls) == 7, f"seven calls: {coach.calls}")
 
 
 async def journey_c(coach):
     """Verified recall over three learner turns, ending in a successor with a picture."""
+    await coach.begin()
     ctx = await coach.turn()
     await coach.call("choose_skillpilot_option", {"option": coach.option(ctx, "autopilot", autopilot=True)})
     ctx = await coach.turn()
@@ -208,6 +219,7 @@ async def journey_c(coach):
 
 async def journey_d(coach):
     """The exam is released only after mastery; the backend scores it."""
+    await coach.begin()
     ctx = await coach.turn()
     refused = await coach.call("start_skillpilot_exam", expect_error=True)
     check(refused["outcome"] == "rejected" and refused["error"]["code"] == "NOT_ELIGIBLE", "exam not released yet")
@@ -259,6 +271,7 @@ async def journey_d(coach):
 
 async def journey_e(coach):
     """A locale switch via option: all following text in the new locale."""
+    await coach.begin()
     ctx = await coach.turn()
     check(ctx["communicationLocale"] == "de", "German first")
     switched = await coach.call("choose_skillpilot_option", {"option": coach.option(ctx, "locale", locale="en")})
@@ -268,7 +281,7 @@ async def journey_e(coach):
     check(ctx["activeGoal"]["title"] == "What a fraction means", "curriculum text in English")
     check(ctx["instruction"].startswith("Teach"), "instruction in English")
     check(ctx["planStatus"]["statusLine"].startswith("Today"), "status line in English")
-    check(len(coach.calls) == 3, f"three calls: {coach.calls}")
+    check(len(coach.calls) == 6, f"six calls: {coach.calls}")
 
 
 JOURNEYS = {"a": journey_a, "b": journey_b, "c": journey_c, "d": journey_d, "e": journey_e}

@@ -113,8 +113,13 @@ impl Decision {
             at: now,
         });
         let frontier: Vec<String> = self.state.frontier(pack).into_iter().map(str::to_owned).collect();
+        let pictured = |goal: &str| self.features.picture && pack.goal(goal).is_some_and(|g| g.visualization.is_some());
         match frontier.as_slice() {
             [] => self.emit(JourneyEvent::NextStepDecided { step: NextStep::ConfirmCompletion, at: now }),
+            // Contract: the first goal's picture is offered like every successor's — the learner's
+            // wish to begin (the `continue` option) activates the goal, and that result carries
+            // the render call. Without a picture the first goal is taught at once.
+            [only] if pictured(only) => self.emit(JourneyEvent::NextStepDecided { step: NextStep::AwaitContinuation, at: now }),
             [only] => self.emit(JourneyEvent::GoalActivated { goal_id: only.clone(), at: now }),
             many => self.emit(JourneyEvent::NextStepDecided {
                 step: NextStep::ChooseGoal { goals: many.iter().take(5).cloned().collect() },

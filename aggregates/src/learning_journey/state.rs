@@ -269,11 +269,13 @@ pub struct Features {
     pub recall: bool,
     /// The exam can be run.
     pub exam: bool,
+    /// A goal's picture can be shown.
+    pub picture: bool,
 }
 
 impl Default for Features {
     fn default() -> Self {
-        Self { recall: true, exam: true }
+        Self { recall: true, exam: true, picture: true }
     }
 }
 

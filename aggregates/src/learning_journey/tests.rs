@@ -29,9 +29,17 @@ struct Given {
 }
 
 impl Given {
-    fn started() -> Self {
+    /// Started, before the learner's wish to begin.
+    fn fresh() -> Self {
         let mut g = Given { pack: shipped_pack(), state: LearningJourney::default(), now: t0() };
         g.ok(JourneyCommand::StartJourney { locale: "de".into() });
+        g
+    }
+
+    /// Started and begun: the first goal is being taught.
+    fn started() -> Self {
+        let mut g = Self::fresh();
+        g.ok(JourneyCommand::ChooseOption { choice: OptionChoice::Continue });
         g
     }
 
@@ -59,11 +67,11 @@ impl Given {
 }
 
 #[test]
-fn a_fresh_journey_activates_the_only_goal_on_the_frontier() {
+fn a_begun_journey_teaches_the_only_goal_on_the_frontier() {
     let g = Given::started();
     assert_eq!(g.active(), Some("part-of-whole"));
     assert_eq!(g.state.next, NextStep::Teach);
-    assert_eq!(g.state.version, 2);
+    assert_eq!(g.state.version, 3, "started, waiting for the wish to begin, begun");
     assert_eq!(g.state.locale, "de");
 }
 
@@ -330,7 +338,7 @@ proptest! {
 
     #[test]
     fn any_command_sequence_keeps_the_invariants_and_replays_to_the_same_state(picks in proptest::collection::vec(pick(), 1..120)) {
-        let mut g = Given::started();
+        let mut g = Given::fresh();
         let mut log: Vec<JourneyEvent> = Vec::new();
         // The start events belong to the log too.
         let mut fresh = LearningJourney::default();
@@ -376,7 +384,7 @@ proptest! {
 #[test]
 fn without_reachable_recall_the_policy_never_offers_it() {
     let mut g = Given::started();
-    let svc = JourneyServices { pack: g.pack.clone(), now: g.now, features: Features { recall: false, exam: true } };
+    let svc = JourneyServices { pack: g.pack.clone(), now: g.now, features: Features { recall: false, exam: true, picture: true } };
     let events =
         g.state.decide(JourneyCommand::CompleteGoal { evidence: Evidence::Independent, consent: Consent::CloseAndContinue }, &svc).unwrap();
     for e in events {
@@ -503,4 +511,24 @@ fn a_focus_limits_recall_to_its_cards_and_ends_in_completion_of_the_focus() {
     assert_eq!(g.state.due_cards(&g.pack, g.now).len(), 3);
     assert_eq!(g.state.next, NextStep::OfferRecall);
     assert!(!g.state.frontier(&g.pack).is_empty());
+}
+
+#[test]
+fn a_first_goal_with_a_picture_waits_for_the_wish_to_begin_and_one_without_is_taught_at_once() {
+    let g = Given::fresh();
+    assert_eq!(g.state.next, NextStep::AwaitContinuation, "part-of-whole has a picture");
+    assert_eq!(g.state.active_goal, None, "nothing is presented before the learner wants to begin");
+    assert_eq!(g.state.decision_options(), vec![OptionChoice::Continue]);
+    let begun = g.when(JourneyCommand::ChooseOption { choice: OptionChoice::Continue }).unwrap();
+    assert!(matches!(&begun[..], [JourneyEvent::GoalActivated { goal_id, .. }] if goal_id == "part-of-whole"), "{begun:?}");
+    // Without the renderer there is no picture to offer: the first goal is taught at once.
+    let svc = JourneyServices { pack: g.pack.clone(), now: g.now, features: Features { picture: false, ..Features::default() } };
+    let events = LearningJourney::default().decide(JourneyCommand::StartJourney { locale: "de".into() }, &svc).unwrap();
+    assert!(matches!(&events[1], JourneyEvent::GoalActivated { goal_id, .. } if goal_id == "part-of-whole"), "{events:?}");
+    // Nor when the first goal has no picture.
+    let mut pack = (*g.pack).clone();
+    pack.goals.iter_mut().for_each(|goal| goal.visualization = None);
+    let svc = JourneyServices::new(Arc::new(pack), g.now);
+    let events = LearningJourney::default().decide(JourneyCommand::StartJourney { locale: "de".into() }, &svc).unwrap();
+    assert!(matches!(&events[1], JourneyEvent::GoalActivated { .. }), "{events:?}");
 }

@@ -17,7 +17,7 @@ pub(super) fn definition() -> ToolDef {
         meta: meta(
             "render_skillpilot_goal_visualization",
             Kind::Read,
-            Role::Other,
+            Role::Picture,
             manifest(
                 "Show the picture of the goal about to be taught, exactly once, with the arguments given by the previous result.",
                 &["Do not call on your own, to retry, or during a pause."],
