@@ -1,7 +1,8 @@
 //! The installed curricula: the packs shipped under `content/` are compiled into the binary, so
 //! it serves from any working directory; an optional content directory adds packs or overrides a
-//! shipped one (same curriculum id and version). Every pack is validated at load. A journey keeps
-//! the pack version it started with; new journeys get the newest.
+//! shipped one (same curriculum id and version — allowed only while the content is the same as
+//! what the database recorded for that version: [`Catalog::publish`]). Every pack is validated at
+//! load. A journey keeps the pack version it started with; new journeys get the newest.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,6 +11,9 @@ use std::sync::Arc;
 use aggregates::curriculum::Pack;
 use anyhow::Context;
 use include_dir::{include_dir, Dir};
+
+use crate::canonical::canonical;
+use crate::store::Store;
 
 /// The packs shipped with this build (`content/<pack>/pack.json` and its `assets/`).
 static SHIPPED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/content");
@@ -60,11 +64,8 @@ impl Catalog {
         folders.sort();
         let mut seen = std::collections::BTreeSet::new();
         for folder in folders {
-            let file = folder.join("pack.json");
-            let json = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            let assets = folder.join("assets");
-            let name = file.display().to_string();
-            let pack = Pack::from_json(&name, &json, |asset| std::fs::read_to_string(assets.join(asset)).ok())?;
+            let pack = load_pack_dir(&folder)?;
+            let name = folder.join("pack.json").display().to_string();
             anyhow::ensure!(
                 seen.insert((pack.id.clone(), pack.version)),
                 "{name}: version: {} of `{}` is installed twice",
@@ -108,6 +109,64 @@ impl Catalog {
     pub fn all_latest(&self) -> Vec<Arc<Pack>> {
         self.packs.values().filter_map(|v| v.values().next_back().cloned()).collect()
     }
+
+    /// `(curriculum, version, content hash)` of every installed pack version.
+    pub fn hashes(&self) -> Vec<(String, u32, String)> {
+        self.packs.iter().flat_map(|(id, versions)| versions.iter().map(move |(v, pack)| (id.clone(), *v, content_hash(pack)))).collect()
+    }
+
+    /// Records every installed pack version in the store and refuses to go on when one that
+    /// was loaded here before now has other content: a published version is never changed in
+    /// place (the contract; docs/content.md).
+    pub async fn publish(&self, store: &Store, now_ms: i64) -> anyhow::Result<()> {
+        let edited = store.record_packs(&self.hashes(), now_ms).await.context("cannot record the installed content packs")?;
+        if let Some(e) = edited.first() {
+            anyhow::bail!(
+                "content pack `{}` version {} was published with content {}; this installation holds {} for it: a published \
+                 version is never changed in place — ship the change as version {}{}",
+                e.curriculum_id,
+                e.version,
+                short(&e.recorded),
+                short(&e.installed),
+                self.packs
+                    .get(&e.curriculum_id)
+                    .and_then(|v| v.keys().next_back())
+                    .map_or(e.version + 1, |newest| newest.max(&e.version) + 1),
+                if edited.len() > 1 { format!(" ({} more packs edited)", edited.len() - 1) } else { String::new() }
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The pack in one folder (`pack.json` and its `assets/`), validated; errors name the file and
+/// the field.
+pub(crate) fn load_pack_dir(folder: &Path) -> anyhow::Result<Pack> {
+    let file = folder.join("pack.json");
+    let json = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    let assets = folder.join("assets");
+    Ok(Pack::from_json(&file.display().to_string(), &json, |asset| std::fs::read_to_string(assets.join(asset)).ok())?)
+}
+
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+/// The hash of a pack's content: its parsed form (so re-indenting the file changes nothing) and
+/// the markup of every picture it shows.
+pub(crate) fn content_hash(pack: &Pack) -> String {
+    let mut hasher = blake3::Hasher::new();
+    let parsed = serde_json::to_value(pack).unwrap_or_default();
+    hasher.update(canonical(&parsed).as_bytes());
+    for goal in &pack.goals {
+        if let Some(vis) = &goal.visualization {
+            hasher.update(b"\n");
+            hasher.update(vis.asset.as_bytes());
+            hasher.update(b"\n");
+            hasher.update(vis.svg.as_bytes());
+        }
+    }
+    hasher.finalize().to_hex().to_string()
 }
 
 #[cfg(test)]

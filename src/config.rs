@@ -19,6 +19,8 @@ pub struct Settings {
     pub public_url: String,
     /// Locale of a new journey when the learner names none.
     pub default_locale: String,
+    /// Curriculum of a new journey when the learner names none and several are installed.
+    pub default_curriculum: String,
     /// Idle expiry of a learning session.
     pub session_idle: Duration,
     /// Absolute expiry of a learning session.
@@ -84,6 +86,7 @@ impl Settings {
             content_dir: None,
             public_url: "http://127.0.0.1:8080".into(),
             default_locale: "de".into(),
+            default_curriculum: DEFAULT_CURRICULUM.into(),
             session_idle: Duration::hours(12),
             session_absolute: Duration::days(7),
             capability_ttl: Duration::hours(24),
@@ -110,6 +113,9 @@ impl Settings {
     }
 }
 
+/// The curriculum a learner who names none starts on: the shipped fractions course.
+pub const DEFAULT_CURRICULUM: &str = "fractions";
+
 /// Keys of the config file and the environment variables they fill.
 pub const FILE_KEYS: &[(&str, &str)] = &[
     ("db", "DATABASE_URL"),
@@ -117,6 +123,7 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("public_url", "SKILLPILOT_PUBLIC_URL"),
     ("content", "SKILLPILOT_CONTENT"),
     ("default_locale", "SKILLPILOT_DEFAULT_LOCALE"),
+    ("default_curriculum", "SKILLPILOT_DEFAULT_CURRICULUM"),
     ("allowed_hosts", "SKILLPILOT_ALLOWED_HOSTS"),
     ("allowed_origins", "SKILLPILOT_ALLOWED_ORIGINS"),
     ("capability_keys", "SKILLPILOT_CAPABILITY_KEYS"),

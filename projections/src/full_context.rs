@@ -85,11 +85,10 @@ pub struct Progress {
 }
 
 /// The area the learner focuses on, with the goals it covers (its own and those it builds on).
+/// Named by its title only: goal ids never reach the model.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FocusProgress {
-    /// The area's goal id.
-    pub goal_id: String,
     /// The area's title in the learner's language.
     pub title: String,
     /// Goals of the focus mastered so far.
@@ -377,7 +376,6 @@ pub fn full_context(input: &ContextInput<'_>, sealer: &dyn Sealer) -> FullContex
     let total = pack.leaves().count();
     let mastered = pack.leaves().filter(|g| state.is_mastered(&g.id)).count();
     let focus = state.focus.as_deref().zip(state.focus_progress(pack)).map(|(area, (mastered, total))| FocusProgress {
-        goal_id: area.to_owned(),
         title: pack.goal(area).map(|g| pack.text(&g.title, loc).to_owned()).unwrap_or_default(),
         mastered,
         total,

@@ -31,9 +31,11 @@ fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-03-02T09:00:00Z").unwrap().with_timezone(&Utc)
 }
 
+/// Started, begun (the learner's wish to begin), then `cmds`.
 fn run(pack: &Arc<Pack>, cmds: Vec<JourneyCommand>) -> LearningJourney {
+    let begin = [JourneyCommand::StartJourney { locale: "de".into() }, JourneyCommand::ChooseOption { choice: OptionChoice::Continue }];
     let mut s = LearningJourney::default();
-    for c in std::iter::once(JourneyCommand::StartJourney { locale: "de".into() }).chain(cmds) {
+    for c in begin.into_iter().chain(cmds) {
         for e in s.decide(c, &JourneyServices::new(pack.clone(), t0())).unwrap() {
             s.apply(e);
         }
@@ -46,7 +48,38 @@ fn ctx(pack: &Pack, state: &LearningJourney) -> serde_json::Value {
 }
 
 #[test]
-fn a_fresh_journey_teaches_its_first_goal_in_german() {
+fn a_fresh_journey_presents_nothing_before_the_wish_to_begin() {
+    let pack = pack();
+    let mut s = LearningJourney::default();
+    for e in s.decide(JourneyCommand::StartJourney { locale: "de".into() }, &JourneyServices::new(pack.clone(), t0())).unwrap() {
+        s.apply(e);
+    }
+    let c = ctx(&pack, &s);
+    assert_eq!(c["requiredAction"], "awaitLearnerContinuation");
+    assert!(c.get("activeGoal").is_none());
+    assert_eq!(c["options"][0]["kind"], "continue");
+    assert_eq!(c["options"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_focus_shows_its_title_and_counts_but_no_goal_id() {
+    let pack = pack();
+    let s = run(
+        &pack,
+        vec![
+            JourneyCommand::CompleteGoal { evidence: Evidence::Independent, consent: Consent::CloseOnly },
+            JourneyCommand::ChooseOption { choice: OptionChoice::Focus { goal_id: Some("basics".into()) } },
+        ],
+    );
+    let c = ctx(&pack, &s);
+    assert_eq!(c["progress"]["focus"], serde_json::json!({"title": "Grundlagen der Brüche", "mastered": 1, "total": 4}));
+    let focus: Vec<_> = c["settings"]["options"].as_array().unwrap().iter().filter(|o| o["kind"] == "focus").collect();
+    assert_eq!(focus.len(), 3, "the two other areas and the whole curriculum: {c}");
+    assert!(!c.to_string().contains("\"basics\""), "goal ids never reach the model: {c}");
+}
+
+#[test]
+fn a_begun_journey_teaches_its_first_goal_in_german() {
     let pack = pack();
     let c = ctx(&pack, &run(&pack, vec![]));
     assert_eq!(c["requiredAction"], "teachActiveGoal");

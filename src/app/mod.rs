@@ -119,6 +119,12 @@ impl App {
         // Everything that can be checked without touching the disk is checked first, so a
         // mistyped option never leaves a database or a key file behind.
         let catalog = Catalog::load(settings.content_dir.as_deref())?;
+        anyhow::ensure!(
+            catalog.all_latest().len() < 2 || catalog.latest(&settings.default_curriculum).is_some(),
+            "the default curriculum `{}` is not installed (installed: {}): set default_curriculum to one of them",
+            settings.default_curriculum,
+            catalog.summary()
+        );
         let lock = match &settings.seams_lock {
             Some(path) => Lock::read(path)?,
             None => Lock::parse(COMMITTED_LOCK)?,
@@ -132,6 +138,7 @@ impl App {
             .await
             .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
         store.migrate().await.context("cannot apply the migrations")?;
+        catalog.publish(&store, clock.now().timestamp_millis()).await?;
         let store = Arc::new(store);
         let writer = writer::Writer::start(store.clone());
         let registry = Registry::start(tools, &lock);

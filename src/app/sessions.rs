@@ -67,7 +67,10 @@ impl App {
             Some(id) => self.catalog.latest(id).ok_or(AppError::ValidationFailed { field: "curriculumId".into() })?,
             None => match self.catalog.all_latest().as_slice() {
                 [only] => only.clone(),
-                _ => return Err(AppError::ValidationFailed { field: "curriculumId".into() }),
+                _ => self
+                    .catalog
+                    .latest(&self.settings.default_curriculum)
+                    .ok_or(AppError::ValidationFailed { field: "curriculumId".into() })?,
             },
         };
         let tz_name = request.time_zone.clone().unwrap_or_else(|| "UTC".to_owned());

@@ -1,8 +1,9 @@
 //! The command line (clap): `serve`, `migrate`, `learner`, `token`, `oauth clients`, `keygen`,
 //! `backup`, `restore`, `events`, `audit verify`, `replay`, `analytics`, `bench`, `registry`,
-//! `completions`. Every command takes `--db` (or `DATABASE_URL`); each checks its configuration
+//! `content check`, `completions`. Every command takes `--db` (or `DATABASE_URL`); each checks its configuration
 //! before it creates any file.
 
+mod content;
 mod identity;
 mod ops;
 mod report;
@@ -30,8 +31,8 @@ pub struct Cli {
     /// Database: a SQLite file (default ./skillpilot.db) or a postgres:// URL.
     #[arg(long, global = true, env = "DATABASE_URL", default_value = "sqlite://skillpilot.db")]
     db: String,
-    /// A directory of curriculum packs added to the shipped ones (a pack with the id and version
-    /// of a shipped one replaces it).
+    /// A directory of curriculum packs added to the shipped ones, e.g. new versions of them (a
+    /// published version is never changed in place: docs/content.md).
     #[arg(long = "content", global = true, env = "SKILLPILOT_CONTENT")]
     content: Option<PathBuf>,
     /// A TOML config file (every key: docs/operations.md and packaging/config.toml); flags and
@@ -48,7 +49,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the HTTP service.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply the migrations and exit.
     Migrate,
     /// Create, list and revoke learners (and print a new learner's bearer token).
@@ -136,6 +137,22 @@ enum Command {
         #[command(subcommand)]
         command: RegistryCommand,
     },
+    /// Curriculum packs: check one before publishing it (docs/content.md).
+    Content {
+        #[command(subcommand)]
+        command: ContentCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ContentCommand {
+    /// Validate a pack folder (or a folder of pack folders) as the server loads it, with no
+    /// database: the first problem as `file: field: problem`, else the goal graph. Exit code 1
+    /// on a problem.
+    Check {
+        /// The pack folder (`pack.json` and `assets/`), or a folder holding several.
+        dir: PathBuf,
+    },
 }
 
 /// The options of `serve`.
@@ -156,6 +173,9 @@ struct ServeArgs {
     /// Locale of new journeys when the learner names none.
     #[arg(long, env = "SKILLPILOT_DEFAULT_LOCALE", default_value = "de")]
     default_locale: String,
+    /// Curriculum of new journeys when the learner names none and several are installed.
+    #[arg(long, env = "SKILLPILOT_DEFAULT_CURRICULUM", default_value = crate::config::DEFAULT_CURRICULUM)]
+    default_curriculum: String,
     /// Largest accepted request body in bytes; larger ones get 413 before parsing.
     #[arg(long, env = "SKILLPILOT_MAX_BODY_BYTES", default_value_t = 262_144)]
     max_body_bytes: usize,
@@ -340,7 +360,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
     settings.content_dir = cli.content.clone();
     settings.capability_keys = std::env::var("SKILLPILOT_CAPABILITY_KEYS").ok().filter(|s| !s.trim().is_empty());
     match cli.command {
-        Command::Serve(args) => serve(settings, args).await,
+        Command::Serve(args) => serve(settings, *args).await,
         Command::Migrate => migrate(settings).await,
         Command::Learner { command } => identity::learner(&open(settings).await?, command).await,
         Command::Token { command } => identity::token(&open(settings).await?, command).await,
@@ -358,6 +378,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) => bench(&cli.db, cli.content, args).await,
         Command::Analytics { name, format } => analytics(settings, name, format).await,
         Command::Registry { command: RegistryCommand::Lock { path } } => registry_lock(&path),
+        Command::Content { command: ContentCommand::Check { dir } } => content::check(&dir),
         Command::Registry { command: RegistryCommand::Report { seams_lock } } => {
             settings.seams_lock = seams_lock;
             registry_report(settings).await
@@ -375,6 +396,7 @@ async fn serve(mut settings: Settings, args: ServeArgs) -> anyhow::Result<i32> {
         addr,
         public_url,
         default_locale,
+        default_curriculum,
         allowed_hosts,
         allowed_origins,
         max_body_bytes,
@@ -408,6 +430,7 @@ async fn serve(mut settings: Settings, args: ServeArgs) -> anyhow::Result<i32> {
     settings.public_url = public_url.unwrap_or_else(|| format!("http://{addr}"));
     settings.addr = addr;
     settings.default_locale = default_locale;
+    settings.default_curriculum = default_curriculum;
     settings.metrics_token = metrics_token.filter(|t| !t.trim().is_empty());
     let app = open(settings).await?;
     let service = Application::build(app.clone()).await?;

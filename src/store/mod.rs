@@ -9,6 +9,7 @@ mod baseline;
 pub(crate) mod chain;
 pub(crate) mod checkpoints;
 mod commit;
+pub(crate) mod content;
 mod events;
 pub(crate) mod identity;
 pub(crate) mod oauth;

@@ -18,10 +18,12 @@ async fn health_and_readiness_answer(t: Arc<TestApp>) {
     assert_eq!(body["refusedTools"], serde_json::json!([]));
 }
 
-async fn the_curricula_list_names_the_shipped_pack_in_both_languages(t: Arc<TestApp>) {
+async fn the_curricula_list_names_both_shipped_packs_in_both_languages(t: Arc<TestApp>) {
     let body: Value = t.http.get(format!("{}/v1/curricula", t.base_url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(body["curricula"][0]["id"], "fractions");
     assert_eq!(body["curricula"][0]["title"], json!({"de": "Bruchrechnung", "en": "Fractions"}));
+    assert_eq!(body["curricula"][1]["id"], "percentages");
+    assert_eq!(body["curricula"][1]["title"], json!({"de": "Prozentrechnung", "en": "Percentages"}));
 }
 
 async fn a_learner_starts_a_session_and_sees_no_learner_id(t: Arc<TestApp>) {
@@ -100,7 +102,7 @@ async fn the_cli_creates_learners_and_prints_events_as_json_lines(t: Arc<TestApp
 
 both_stores!(
     health_and_readiness_answer,
-    the_curricula_list_names_the_shipped_pack_in_both_languages,
+    the_curricula_list_names_both_shipped_packs_in_both_languages,
     a_learner_starts_a_session_and_sees_no_learner_id,
     a_session_request_without_a_valid_bearer_is_401_with_www_authenticate,
     bad_session_input_gets_a_stable_code_and_changes_nothing,

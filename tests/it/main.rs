@@ -7,6 +7,7 @@ mod architecture;
 mod bad_input;
 mod concurrency;
 mod conformance;
+mod content;
 mod faults;
 mod field;
 mod golden;
