@@ -15,6 +15,8 @@ pub struct Settings {
     pub addr: String,
     /// A directory of curriculum packs added to (or overriding) the shipped ones.
     pub content_dir: Option<PathBuf>,
+    /// A read replica (PostgreSQL streaming standby) the analyst reads go to; writes never do.
+    pub analytics_db: Option<DbUrl>,
     /// The externally visible base URL (start URLs, OAuth metadata).
     pub public_url: String,
     /// Locale of a new journey when the learner names none.
@@ -84,6 +86,7 @@ impl Settings {
             db,
             addr: "127.0.0.1:8080".into(),
             content_dir: None,
+            analytics_db: None,
             public_url: "http://127.0.0.1:8080".into(),
             default_locale: "de".into(),
             default_curriculum: DEFAULT_CURRICULUM.into(),
@@ -122,6 +125,7 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("addr", "SKILLPILOT_ADDR"),
     ("public_url", "SKILLPILOT_PUBLIC_URL"),
     ("content", "SKILLPILOT_CONTENT"),
+    ("analytics_db", "SKILLPILOT_ANALYTICS_DB"),
     ("default_locale", "SKILLPILOT_DEFAULT_LOCALE"),
     ("default_curriculum", "SKILLPILOT_DEFAULT_CURRICULUM"),
     ("allowed_hosts", "SKILLPILOT_ALLOWED_HOSTS"),

@@ -51,14 +51,15 @@ impl Application {
     /// Serves until `shutdown` resolves, then drains requests and closes the store.
     pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let router = http::router(self.app.clone());
-        // The analytics projector follows the log in the background; reads catch up first anyway.
+        // The analytics projector follows the log in the background on the one instance holding
+        // its lease; reads catch up first anyway.
         let projector = {
             let app = self.app.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
                 loop {
                     tick.tick().await;
-                    if let Err(e) = app.project_pending().await {
+                    if let Err(e) = app.project_as_leader().await {
                         tracing::warn!(error = %e, "analytics projector will retry");
                     }
                 }

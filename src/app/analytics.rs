@@ -17,6 +17,10 @@ pub(crate) const PROJECTOR: &str = "analytics";
 /// The replay projector, which folds the whole log into the shadow tables.
 pub(crate) const REPLAY_PROJECTOR: &str = "analytics-replay";
 
+/// How long an instance holds the background projector without renewing it: the longest the
+/// projector pauses when its instance dies (the next instance's tick takes it over then).
+pub(crate) const PROJECTOR_LEASE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long a read waits for transactions elsewhere to end before it answers with a lag.
 const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -112,6 +116,15 @@ pub struct ViewStatus {
     pub lag: i64,
 }
 
+/// The analyst views with their lag, and the replica they are read from.
+#[derive(Clone, Debug, Serialize)]
+pub struct AnalyticsOverview {
+    pub views: Vec<ViewStatus>,
+    /// The read replica, when `analytics_db` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<crate::store::projector::ReplicaState>,
+}
+
 /// A view's rows.
 #[derive(Clone, Debug, Serialize)]
 pub struct Table {
@@ -154,7 +167,28 @@ impl App {
         self.catch_up_locked().await
     }
 
-    /// Folds whatever is projectable now and returns at once (the server's background tick;
+    /// The server's background tick: takes or renews this instance's lease on the projector and,
+    /// holding it, folds whatever is projectable now; returns whether it held the lease. Of
+    /// several instances on one database one follows the log; when it dies another takes over
+    /// once its lease ran out. (A view read still catches up on whichever instance serves it;
+    /// the checkpoint's row lock keeps those runs from folding an event twice.)
+    pub async fn project_as_leader(&self) -> Result<bool, AppError> {
+        let now = self.clock.now().timestamp_millis();
+        let ttl = i64::try_from(PROJECTOR_LEASE.as_millis()).unwrap_or(i64::MAX);
+        if !self.store.hold_lease(PROJECTOR, &self.instance_id, now, ttl).await? {
+            return Ok(false);
+        }
+        self.project_pending().await?;
+        Ok(true)
+    }
+
+    /// Whether this instance holds the background projector's lease now.
+    pub async fn is_projector_leader(&self) -> Result<bool, AppError> {
+        let now = self.clock.now().timestamp_millis();
+        Ok(self.store.lease_holder(PROJECTOR).await?.is_some_and(|(holder, until)| holder == self.instance_id && until >= now))
+    }
+
+    /// Folds whatever is projectable now and returns at once (the leader's background tick;
     /// readers that must see everything use `catch_up_analytics`).
     pub async fn project_pending(&self) -> Result<usize, AppError> {
         let _guard = self.projector_lock.lock().await;
@@ -177,6 +211,18 @@ impl App {
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+    }
+
+    /// Waits a bounded time until the replica has replayed the projector's position on the
+    /// primary; past the bound it answers with what the replica has (the lag says how much).
+    async fn wait_for_replica(&self) -> Result<(), AppError> {
+        let Some(replica) = &self.analytics_store else { return Ok(()) };
+        let (target, _) = self.store.projector_lag(PROJECTOR).await?;
+        let deadline = tokio::time::Instant::now() + CATCH_UP_WAIT;
+        while replica.projector_lag(PROJECTOR).await?.0 < target && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     /// Rebuilds the analytics from the log into the shadow tables, up to exactly the event the
@@ -229,9 +275,28 @@ impl App {
         }
     }
 
+    /// The store analysts read from: the replica when configured.
+    fn analytics_reader(&self) -> &crate::store::Store {
+        self.analytics_store.as_deref().unwrap_or(&self.store)
+    }
+
+    /// The views with their lag as the analysts see it (on the replica: what it has replayed,
+    /// so its replay lag is included), and the replica's own state.
+    pub async fn analytics_overview(&self) -> Result<AnalyticsOverview, AppError> {
+        let replica = match &self.analytics_store {
+            Some(replica) => Some(replica.replica_state(&self.store).await?),
+            None => None,
+        };
+        Ok(AnalyticsOverview { views: self.analytics_status().await?, replica })
+    }
+
     /// The analyst views with their lag.
     pub async fn analytics_status(&self) -> Result<Vec<ViewStatus>, AppError> {
-        let (position, total) = self.store.projector_lag(PROJECTOR).await?;
+        let (_, total) = self.store.projector_lag(PROJECTOR).await?;
+        let position = match &self.analytics_store {
+            Some(replica) => replica.projector_lag(PROJECTOR).await?.0,
+            None => self.store.projector_lag(PROJECTOR).await?.0,
+        };
         Ok(VIEWS
             .iter()
             .map(|v| ViewStatus {
@@ -248,8 +313,9 @@ impl App {
         let def = VIEWS.iter().find(|v| v.name == name).ok_or(AppError::NotFound { what: "analytics view" })?;
         if def.projected {
             self.catch_up_analytics().await?;
+            self.wait_for_replica().await?;
         }
-        let rows = self.store.analyst_view(def.view, def.columns).await?;
+        let rows = self.analytics_reader().analyst_view(def.view, def.columns).await?;
         Ok(Table { columns: def.columns.iter().map(|(n, _)| *n).collect(), rows })
     }
 }

@@ -28,6 +28,8 @@ use tokens::Keys;
 /// The application: shared by every request.
 pub struct App {
     pub store: Arc<Store>,
+    /// The read replica the analysts read from (`analytics_db`); `None`: `store` answers.
+    pub analytics_store: Option<Arc<Store>>,
     /// The write path's commits (one per command) and the audit rows of no commit.
     pub writer: writer::Writer,
     pub catalog: Catalog,
@@ -39,6 +41,8 @@ pub struct App {
     pub registry: Registry,
     /// Serializes this process's analytics projector runs.
     pub projector_lock: tokio::sync::Mutex<()>,
+    /// This process among the instances on one database (the holder of the projector lease).
+    pub instance_id: String,
     pub metrics: crate::metrics::Metrics,
     /// The last loaded state of recently used journeys, validated against the log on every
     /// load (only the events after it are read); bounded by `Settings::journey_cache`.
@@ -130,6 +134,13 @@ impl App {
             None => Lock::parse(COMMITTED_LOCK)?,
         };
         settings.db.validate()?;
+        if let Some(replica) = &settings.analytics_db {
+            replica.validate()?;
+            anyhow::ensure!(
+                matches!((&settings.db, replica), (DbUrl::Postgres(_), DbUrl::Postgres(_))),
+                "analytics_db is a PostgreSQL read replica of db: both must be postgres:// URLs"
+            );
+        }
         // Development (the service on plain http): outbound fetches may reach private hosts.
         let development = settings.public_url.starts_with("http://");
         let outbound = Arc::new(outbound::Outbound::new(settings.outbound_ca_file.as_deref(), development)?);
@@ -138,6 +149,13 @@ impl App {
             .await
             .with_context(|| format!("cannot open the {} store", kind_of(&settings.db)))?;
         store.migrate().await.context("cannot apply the migrations")?;
+        // The replica gets the schema by replication: never migrated, never written.
+        let analytics_store = match &settings.analytics_db {
+            Some(url) => {
+                Some(Arc::new(Store::connect(url, &settings.pool).await.context("cannot open the analytics replica (analytics_db)")?))
+            }
+            None => None,
+        };
         catalog.publish(&store, clock.now().timestamp_millis()).await?;
         let store = Arc::new(store);
         let writer = writer::Writer::start(store.clone());
@@ -150,6 +168,7 @@ impl App {
         };
         let app = Arc::new(Self {
             store,
+            analytics_store,
             writer,
             catalog,
             clock,
@@ -157,6 +176,7 @@ impl App {
             keys,
             registry,
             projector_lock: tokio::sync::Mutex::new(()),
+            instance_id: uuid::Uuid::new_v4().to_string(),
             metrics: Default::default(),
             journeys,
             idp,

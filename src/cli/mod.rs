@@ -35,6 +35,9 @@ pub struct Cli {
     /// published version is never changed in place: docs/content.md).
     #[arg(long = "content", global = true, env = "SKILLPILOT_CONTENT")]
     content: Option<PathBuf>,
+    /// A PostgreSQL read replica (streaming standby of --db) for the analysts' reads.
+    #[arg(long = "analytics-db", global = true, env = "SKILLPILOT_ANALYTICS_DB")]
+    analytics_db: Option<String>,
     /// A TOML config file (every key: docs/operations.md and packaging/config.toml); flags and
     /// environment variables take precedence.
     #[arg(long, global = true, env = "SKILLPILOT_CONFIG")]
@@ -358,6 +361,7 @@ async fn diagnose(db: &DbUrl, error: anyhow::Error) -> anyhow::Error {
 async fn run_command(cli: Cli) -> anyhow::Result<i32> {
     let mut settings = Settings::for_db(DbUrl::parse(&cli.db));
     settings.content_dir = cli.content.clone();
+    settings.analytics_db = cli.analytics_db.as_deref().map(DbUrl::parse);
     settings.capability_keys = std::env::var("SKILLPILOT_CAPABILITY_KEYS").ok().filter(|s| !s.trim().is_empty());
     match cli.command {
         Command::Serve(args) => serve(settings, *args).await,
@@ -519,7 +523,7 @@ async fn analytics(settings: Settings, name: Option<String>, format: OutputForma
     let app = open(settings).await?;
     let fail = |e: crate::error::AppError| anyhow::anyhow!("analytics: {}", e.code());
     let Some(name) = name else {
-        println!("{}", serde_json::to_string_pretty(&app.analytics_status().await.map_err(fail)?)?);
+        println!("{}", serde_json::to_string_pretty(&app.analytics_overview().await.map_err(fail)?)?);
         return Ok(0);
     };
     let table = match app.analytics_table(&name).await {

@@ -24,7 +24,7 @@ fn staff(principal: &Principal) -> Result<(), AppError> {
 
 pub(super) async fn list(State(app): State<Arc<App>>, Bearer(principal): Bearer) -> Result<Response, AppError> {
     staff(&principal)?;
-    Ok(Json(json!({ "views": app.analytics_status().await? })).into_response())
+    Ok(Json(app.analytics_overview().await?).into_response())
 }
 
 #[derive(Deserialize)]

@@ -153,6 +153,7 @@ async fn readyz(State(app): State<Arc<App>>) -> impl IntoResponse {
         "status": if status == StatusCode::OK { "ready" } else { "unavailable" },
         "store": {"kind": app.store_kind(), "reachable": store_ok},
         "refusedTools": app.registry.refused(),
+        "instance": {"id": app.instance_id, "projectorLeader": app.is_projector_leader().await.unwrap_or(false)},
     });
     (status, axum::Json(body))
 }

@@ -321,6 +321,64 @@ impl Store {
         })
     }
 
+    /// Takes or renews the lease on running `projector` in the background for `holder` until
+    /// `now_ms + ttl_ms`; returns whether `holder` holds it. One statement: the row is taken over
+    /// only when its lease expired or it is already `holder`'s, so two instances never both hold
+    /// it (up to clock skew between them, which the lease length covers).
+    pub async fn hold_lease(&self, projector: &str, holder: &str, now_ms: i64, ttl_ms: i64) -> Result<bool, StoreError> {
+        on_writer!(self, pool => {
+            sqlx::query(
+                "INSERT INTO projector_leases (projector, holder, expires_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (projector) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms \
+                 WHERE projector_leases.holder = excluded.holder OR projector_leases.expires_ms < $4",
+            )
+            .bind(projector)
+            .bind(holder)
+            .bind(now_ms + ttl_ms)
+            .bind(now_ms)
+            .execute(pool)
+            .await?;
+            let row = sqlx::query("SELECT holder FROM projector_leases WHERE projector = $1").bind(projector).fetch_one(pool).await?;
+            Ok(row.try_get::<String, _>("holder")? == holder)
+        })
+    }
+
+    /// The current holder of a projector's lease and when it expires, if anyone ever held it.
+    pub async fn lease_holder(&self, projector: &str) -> Result<Option<(String, i64)>, StoreError> {
+        on_pool!(self, pool => {
+            let row = sqlx::query("SELECT holder, expires_ms FROM projector_leases WHERE projector = $1")
+                .bind(projector)
+                .fetch_optional(pool)
+                .await?;
+            match row {
+                Some(r) => Ok(Some((r.try_get("holder")?, r.try_get("expires_ms")?))),
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// This store as a read replica of `primary`: whether it is a standby and how many bytes of
+    /// the primary's WAL it has not replayed yet (0 when it is not a standby of it).
+    pub async fn replica_state(&self, primary: &Store) -> Result<ReplicaState, StoreError> {
+        let (standby, replayed): (bool, Option<String>) = on_pool!(self, pool => {
+            let row = sqlx::query("SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS replayed")
+                .fetch_one(pool)
+                .await?;
+            (row.try_get("standby")?, row.try_get("replayed")?)
+        });
+        let replay_lag_bytes = match replayed {
+            Some(lsn) => on_pool!(primary, pool => {
+                let row = sqlx::query("SELECT GREATEST(pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn), 0)::bigint AS behind")
+                    .bind(lsn)
+                    .fetch_one(pool)
+                    .await?;
+                row.try_get::<i64, _>("behind")?
+            }),
+            None => 0,
+        };
+        Ok(ReplicaState { standby, replay_lag_bytes })
+    }
+
     /// All rows of an analyst view, as text / number / integer JSON values.
     pub async fn analyst_view(&self, view: &str, columns: &[(&str, ColumnKind)]) -> Result<Vec<Vec<serde_json::Value>>, StoreError> {
         let names: Vec<&str> = columns.iter().map(|(n, _)| *n).collect();
@@ -343,6 +401,16 @@ impl Store {
             Ok(out)
         })
     }
+}
+
+/// A read replica as the analysts' reads see it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaState {
+    /// Whether the replica is a standby in recovery (streaming from the primary).
+    pub standby: bool,
+    /// Bytes of the primary's WAL the replica has not replayed yet.
+    pub replay_lag_bytes: i64,
 }
 
 /// The type of an analyst view column.

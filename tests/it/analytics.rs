@@ -178,6 +178,45 @@ async fn a_projector_racing_concurrent_writers_never_skips_an_event(t: Arc<TestA
 
 crate::both_stores!(analytics_views_serve_a_seeded_journey_set_as_json_and_csv, a_projector_racing_concurrent_writers_never_skips_an_event);
 
+/// Issue 15: of several instances on one database one runs the background projector (a lease
+/// row, no session lock); the others' ticks fold nothing. When the holder stops renewing (it
+/// died), another instance takes over once the lease ran out, and the old holder, back, does
+/// not run a second projector.
+async fn the_background_projector_runs_on_one_instance_and_moves_when_its_lease_runs_out(t: Arc<TestApp>) {
+    // Two more instances on the test's database with their own clock, a day ahead: the test's
+    // serving instance (which ticks in the background on the test clock) cannot outbid them.
+    let clock = Arc::new(skillpilot::clock::ManualClock::at(crate::helpers::t0() + chrono::Duration::days(1)));
+    let instance = || skillpilot::startup::build_app(t.app.settings.clone(), clock.clone());
+    let (a, b) = (instance().await.unwrap(), instance().await.unwrap());
+    assert!(a.project_as_leader().await.unwrap(), "the first instance takes the lease");
+    assert!(!b.project_as_leader().await.unwrap(), "the second one does not run the projector");
+    assert!(a.is_projector_leader().await.unwrap() && !b.is_projector_leader().await.unwrap());
+    let lag = |app: Arc<skillpilot::app::App>| async move { app.store.projector_lag("analytics").await.unwrap() };
+    a.project_as_leader().await.unwrap();
+    t.started().await;
+    let (before, total) = lag(a.clone()).await;
+    assert!(before < total, "new events wait for the projector");
+    assert!(!b.project_as_leader().await.unwrap());
+    assert_eq!(lag(b.clone()).await.0, before, "a follower's tick folds nothing");
+    assert!(a.project_as_leader().await.unwrap(), "the holder renews");
+    assert_eq!(lag(a.clone()).await.0, total, "the holder's tick folds everything");
+
+    // The holder stops renewing (it died): within the lease nobody takes over, after it the next tick does.
+    clock.advance(chrono::Duration::seconds(4));
+    assert!(!b.project_as_leader().await.unwrap(), "not before the lease ran out");
+    clock.advance(chrono::Duration::seconds(2));
+    t.started().await;
+    assert!(b.project_as_leader().await.unwrap(), "taken over once the lease ran out");
+    let (after, total) = lag(b.clone()).await;
+    assert_eq!(after, total, "the new holder folds what the old one left");
+    assert!(!a.project_as_leader().await.unwrap(), "the old holder, back, does not run a second projector");
+    assert!(b.is_projector_leader().await.unwrap() && !a.is_projector_leader().await.unwrap());
+    a.store.close().await;
+    b.store.close().await;
+}
+
+crate::both_stores!(the_background_projector_runs_on_one_instance_and_moves_when_its_lease_runs_out);
+
 /// The known hole of PostgreSQL event stores: a position taken by a transaction that commits
 /// later than a higher one. The projector must wait for it, never skip it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,4 +250,87 @@ async fn an_in_flight_transaction_is_waited_for_not_skipped() {
     tx.commit().await.unwrap();
     assert_eq!(projected(&t).await, 7, "after its commit every event is applied exactly once");
     t.teardown().await;
+}
+
+/// Issue 15: analysts read from a streaming standby (`analytics_db`, created here with
+/// `pg_basebackup -R`). Their views are answered by the standby — while its replay is paused
+/// they show what it has, not what the primary has — the reported lag includes its replay lag,
+/// and every write still goes to the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn analysts_read_from_a_streaming_standby_whose_replay_lag_is_reported() {
+    use crate::faults::PrivateCluster;
+    use skillpilot::store::DbUrl;
+    use sqlx::Connection;
+    let (primary, standby) = tokio::task::spawn_blocking(|| {
+        let primary = PrivateCluster::create();
+        let standby = PrivateCluster::standby_of(&primary);
+        (primary, standby)
+    })
+    .await
+    .unwrap();
+    let mut settings = skillpilot::config::Settings::for_db(DbUrl::parse(&primary.url()));
+    settings.analytics_db = Some(DbUrl::parse(&standby.url()));
+    settings.content_dir = Some(crate::helpers::content_dir());
+    settings.capability_keys = Some(skillpilot::app::tokens::Keys::generate_spec().unwrap());
+    let clock = Arc::new(skillpilot::clock::ManualClock::at(crate::helpers::t0()));
+    let app = skillpilot::startup::build_app(settings, clock).await.unwrap();
+    let start = |name: &'static str| {
+        let app = app.clone();
+        async move {
+            let token = app.create_learner(name).await.unwrap();
+            let principal = app.authenticate(&token).await.unwrap();
+            let s = app.start_session(&principal, Default::default()).await.unwrap();
+            app.execute(cmd(&s.journey_id, JourneyCommand::ChooseOption { choice: OptionChoice::Continue }), None).await.unwrap();
+            app.execute(
+                cmd(&s.journey_id, JourneyCommand::CompleteGoal { evidence: Evidence::Independent, consent: Consent::CloseOnly }),
+                None,
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let events = |rows: &[Vec<Value>]| rows.iter().map(|r| r[1].as_i64().unwrap()).sum::<i64>();
+    let on_primary = || {
+        let app = app.clone();
+        async move { app.store.projector_lag("analytics").await.unwrap().0 }
+    };
+    start("Ada").await;
+    let seen = events(&app.analytics_table("daily-activity").await.unwrap().rows);
+    assert_eq!(seen, 5, "started, waiting, begun, completed, waiting again: as the standby replayed them");
+    assert_eq!(on_primary().await, 5);
+    let overview = app.analytics_overview().await.unwrap();
+    let replica = overview.replica.clone().expect("the replica is reported");
+    assert!(replica.standby, "the analytics store is a standby in recovery");
+    assert!(overview.views.iter().all(|v| v.lag == 0), "{overview:?}");
+
+    // Replay paused: the primary moves on, the standby does not.
+    let mut on_standby = sqlx::PgConnection::connect(&standby.url()).await.unwrap();
+    sqlx::query("SELECT pg_wal_replay_pause()").execute(&mut on_standby).await.unwrap();
+    start("Grace").await;
+    app.catch_up_analytics().await.unwrap();
+    assert_eq!(on_primary().await, 10, "the primary projected the new journey");
+    let answered = events(&app.analytics_table("daily-activity").await.unwrap().rows);
+    assert_eq!(answered, 5, "the analysts' read was answered by the paused standby");
+    let behind = app.analytics_overview().await.unwrap();
+    let daily = behind.views.iter().find(|v| v.name == "daily-activity").unwrap();
+    assert_eq!(daily.lag, 5, "the lag counts the events the standby has not replayed: {behind:?}");
+    assert!(behind.replica.unwrap().replay_lag_bytes > 0, "and its WAL replay lag in bytes");
+
+    // Replay resumed: the standby catches up and the lag goes back to zero.
+    sqlx::query("SELECT pg_wal_replay_resume()").execute(&mut on_standby).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while app.analytics_overview().await.unwrap().views.iter().any(|v| v.lag > 0) {
+        assert!(std::time::Instant::now() < deadline, "the standby never caught up");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(events(&app.analytics_table("daily-activity").await.unwrap().rows), 10);
+    // Writes never go to the standby: it is read-only, and every command above succeeded.
+    let refused = sqlx::query("CREATE TABLE nope (x int)").execute(&mut on_standby).await;
+    assert!(refused.is_err(), "a standby refuses writes");
+    app.store.close().await;
+    if let Some(replica) = &app.analytics_store {
+        replica.close().await;
+    }
+    drop(standby);
+    drop(primary);
 }

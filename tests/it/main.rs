@@ -8,7 +8,7 @@ mod bad_input;
 mod concurrency;
 mod conformance;
 mod content;
-mod faults;
+pub(crate) mod faults;
 mod field;
 mod golden;
 mod helpers;
