@@ -44,6 +44,10 @@ pub(crate) struct BenchOptions {
     pub content: Option<PathBuf>,
     /// Write an SVG plot of throughput against concurrency here.
     pub plot: Option<PathBuf>,
+    /// Instead of the load levels: grow the log by this many events across `growth_journeys`
+    /// journeys and compare write, read and projector figures with the empty database.
+    pub growth: Option<usize>,
+    pub growth_journeys: usize,
 }
 
 #[derive(Default)]
@@ -109,13 +113,14 @@ async fn spawn_server(db: &str, keys: &str, content: Option<&PathBuf>) -> anyhow
         .context("cannot start the server")?;
     let child = Child { process, base: format!("http://127.0.0.1:{port}") };
     let http = reqwest::Client::new();
-    for _ in 0..200 {
+    // Start-up catches the views up with the log first: on a large log that takes a while.
+    for _ in 0..6000 {
         if http.get(format!("{}/healthz", child.base)).send().await.is_ok() {
             return Ok(child);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    anyhow::bail!("the server did not answer /healthz")
+    anyhow::bail!("the server did not answer /healthz within 5 minutes")
 }
 
 struct Coach {
@@ -379,6 +384,12 @@ async fn pgbench(url: &str, concurrency: usize, duration: Duration) -> Option<Va
 /// Median latency of `n` option choices on a journey, each after its own context read (only the
 /// write is timed), through the real endpoint.
 async fn write_p50(base: &str, token: &str, n: usize) -> anyhow::Result<f64> {
+    Ok(turn_p50s(base, token, n).await?.0)
+}
+
+/// Medians of `n` turns on a journey through the real endpoint, in seconds: the option choice
+/// (write) and the context read before it, each timed on its own.
+async fn turn_p50s(base: &str, token: &str, n: usize) -> anyhow::Result<(f64, f64)> {
     let samples = Mutex::new(Samples::default());
     let mut coach = Coach { http: reqwest::Client::new(), base: base.to_owned(), token: token.to_owned(), sid: None };
     for _ in 0..n {
@@ -394,9 +405,12 @@ async fn write_p50(base: &str, token: &str, n: usize) -> anyhow::Result<f64> {
         coach.call(Tool::ChooseOption.name(), json!({"option": toggle}), &samples).await;
     }
     let mut s = samples.into_inner();
-    let mut lat = s.latencies.remove(Tool::ChooseOption.name()).unwrap_or_default();
-    lat.sort_by(|a, b| a.total_cmp(b));
-    Ok(percentile(&lat, 0.5))
+    let mut median = |tool: Tool| {
+        let mut lat = s.latencies.remove(tool.name()).unwrap_or_default();
+        lat.sort_by(|a, b| a.total_cmp(b));
+        percentile(&lat, 0.5)
+    };
+    Ok((median(Tool::ChooseOption), median(Tool::LearningContext)))
 }
 
 async fn scratch_postgres(url: &str) -> anyhow::Result<(String, String)> {
@@ -439,9 +453,146 @@ pub(crate) async fn run(options: BenchOptions) -> anyhow::Result<Value> {
             )
         }
     };
-    let result = run_on(&options, &db, &keys).await;
+    let result = match options.growth {
+        Some(events) => growth_on(&options, &db, &keys, events).await,
+        None => run_on(&options, &db, &keys).await,
+    };
     cleanup();
     result
+}
+
+/// Figures that must not change as the log grows: a write's and a context read's median through
+/// the real endpoint (on a fresh journey), and how fast the analytics projector folds new events.
+async fn growth_figures(app: &Arc<App>, db: &str, keys: &str, content: Option<&PathBuf>) -> anyhow::Result<Value> {
+    let t = Instant::now();
+    let server = spawn_server(db, keys, content).await?;
+    let server_start = t.elapsed().as_secs_f64();
+    let token = new_learner(app).await?;
+    let (write_p50, read_p50) = turn_p50s(&server.base, &token, 300).await?;
+    // The projector is timed without the server's background projector competing for the log.
+    drop(server);
+    app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
+    let token = new_learner(app).await?;
+    let principal = app.authenticate(&token).await.map_err(|e| anyhow::anyhow!("{}", e.code()))?;
+    let journey = app
+        .store
+        .latest_session(principal.learner_id.as_deref().unwrap_or_default())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .context("no session")?
+        .journey_id;
+    build_journey(app, &journey, 3000).await?;
+    let (before, _) = app.store.projector_lag(crate::app::analytics::PROJECTOR).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let t = Instant::now();
+    app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
+    let secs = t.elapsed().as_secs_f64();
+    let (after, _) = app.store.projector_lag(crate::app::analytics::PROJECTOR).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let folded = (after - before) as f64;
+    Ok(json!({
+        "write_p50_ms": write_p50 * 1000.0,
+        "read_p50_ms": read_p50 * 1000.0,
+        "projector_events_per_second": folded / secs,
+        "projector_events": folded,
+        "server_start_seconds": server_start
+    }))
+}
+
+/// `n` autopilot switches on a journey through the command path.
+async fn build_journey(app: &Arc<App>, journey: &str, n: usize) -> anyhow::Result<()> {
+    for i in 0..n {
+        let command = JourneyCommand::ChooseOption { choice: OptionChoice::Autopilot { autopilot: i % 2 == 0 } };
+        let request = CommandRequest {
+            journey_id: journey.to_owned(),
+            command,
+            expected_version: None,
+            identity: None,
+            tool: "bench",
+            actor: Actor::Operator,
+            call: None,
+        };
+        app.execute(request, None).await.map_err(|e| anyhow::anyhow!("building a journey: {}", e.code()))?;
+    }
+    Ok(())
+}
+
+/// `skillpilot bench --growth N`: the figures on the empty database, then again after the log
+/// grew by `N` events across `growth_journeys` journeys (copies of one journey built through the
+/// command path, inserted in batches) and the projector folded them all.
+async fn growth_on(options: &BenchOptions, db: &str, keys: &str, events: usize) -> anyhow::Result<Value> {
+    let mut settings = Settings::for_db(DbUrl::parse(db));
+    settings.content_dir = options.content.clone();
+    settings.capability_keys = Some(keys.to_owned());
+    let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
+    let store = app.store.kind();
+    let journeys = options.growth_journeys.max(1);
+    eprintln!("bench: {store} store, growth by {events} events across {journeys} journeys");
+    let empty = growth_figures(&app, db, keys, options.content.as_ref()).await?;
+    eprintln!("bench: empty: {empty}");
+
+    // One template journey of events/journeys events, then copies of it.
+    let per_journey = (events / journeys).max(4);
+    let token = new_learner(&app).await?;
+    let principal = app.authenticate(&token).await.map_err(|e| anyhow::anyhow!("{}", e.code()))?;
+    let template = app
+        .store
+        .latest_session(principal.learner_id.as_deref().unwrap_or_default())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .context("no session")?
+        .journey_id;
+    let started = app.load_journey(&template).await.map_err(|e| anyhow::anyhow!("{}", e.code()))?.state.version as usize;
+    build_journey(&app, &template, per_journey.saturating_sub(started)).await?;
+    let t = Instant::now();
+    let mut loaded = 0u64;
+    let batch = (20_000 / per_journey).max(1) as i64;
+    let mut from = 0i64;
+    while from < journeys as i64 {
+        let to = (from + batch).min(journeys as i64);
+        loaded += app.store.grow_by_copying(&template, from, to).await.map_err(|e| anyhow::anyhow!("growing the log: {e}"))?;
+        from = to;
+    }
+    let load_secs = t.elapsed().as_secs_f64();
+    eprintln!("bench: loaded {loaded} events in {load_secs:.1} s");
+    let t = Instant::now();
+    app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
+    while app.analytics_status().await.map_err(|e| anyhow::anyhow!("{}", e.code()))?.iter().any(|v| v.lag > 0) {
+        app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
+    }
+    let fold_secs = t.elapsed().as_secs_f64();
+    eprintln!("bench: the projector folded them in {fold_secs:.1} s");
+    // Their context views, as the command path would have written them.
+    let t = Instant::now();
+    app.catch_up_views().await.map_err(|e| anyhow::anyhow!("views catch-up: {}", e.code()))?;
+    let views_secs = t.elapsed().as_secs_f64();
+    eprintln!("bench: their context views were built in {views_secs:.1} s");
+    // A log that grew over months has current planner statistics (autovacuum analyzes as it
+    // grows); a bulk load has not until autovacuum comes round.
+    app.store.analyze().await.map_err(|e| anyhow::anyhow!("analyze: {e}"))?;
+    let grown = growth_figures(&app, db, keys, options.content.as_ref()).await?;
+    eprintln!("bench: grown: {grown}");
+    let ratio = |key: &str| grown[key].as_f64().zip(empty[key].as_f64()).map(|(g, e)| g / e);
+    let ratios = json!({
+        "growth_write_p50_vs_empty": ratio("write_p50_ms"),
+        "growth_read_p50_vs_empty": ratio("read_p50_ms"),
+        "growth_projector_rate_vs_empty": ratio("projector_events_per_second"),
+        "growth_server_start_vs_empty": ratio("server_start_seconds"),
+    });
+    let targets = json!({
+        "growth_write_p50_vs_empty": "<= 1.25",
+        "growth_read_p50_vs_empty": "<= 1.25",
+        "growth_projector_rate_vs_empty": ">= 0.8",
+    });
+    let verdict: serde_json::Map<String, Value> =
+        verdicts(&ratios, &targets).into_iter().map(|v| (v.name, json!(if v.met { "met" } else { "missed" }))).collect();
+    Ok(json!({
+        "store": store,
+        "growth": {"events": loaded, "journeys": journeys, "events_per_journey": per_journey, "load_seconds": load_secs, "projector_fold_seconds": fold_secs, "views_build_seconds": views_secs},
+        "empty": empty,
+        "grown": grown,
+        "ratios": ratios,
+        "targets": targets,
+        "verdict": verdict,
+    }))
 }
 
 async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<Value> {

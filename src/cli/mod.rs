@@ -240,6 +240,13 @@ struct BenchArgs {
     /// Exit with status 4 when any ratio misses its target.
     #[arg(long)]
     check: bool,
+    /// Instead of the load levels: grow the log by this many events (e.g. 1000000) and compare
+    /// write and read medians and the projector's rate with the empty database.
+    #[arg(long)]
+    growth: Option<usize>,
+    /// Journeys the grown events are spread across.
+    #[arg(long, default_value_t = 10_000)]
+    growth_journeys: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -501,15 +508,16 @@ async fn events(settings: Settings, filter: EventFilter) -> anyhow::Result<i32> 
 /// Runs the benchmark on a scratch database; exit 4 under `--check` when a ratio misses.
 #[cfg(feature = "bench")]
 async fn bench(db: &str, content: Option<PathBuf>, args: BenchArgs) -> anyhow::Result<i32> {
-    let BenchArgs { concurrency, duration, long_journey_events, rss_journeys, json, plot, check } = args;
+    let BenchArgs { concurrency, duration, long_journey_events, rss_journeys, json, plot, check, growth, growth_journeys } = args;
     anyhow::ensure!(!concurrency.is_empty() && concurrency.iter().all(|c| *c > 0), "--concurrency needs positive numbers");
     let db = std::env::args()
         .any(|a| a == "--db" || a.starts_with("--db="))
         .then(|| db.to_owned())
         .or_else(|| std::env::var("DATABASE_URL").ok());
-    let options = crate::bench::BenchOptions { db, concurrency, duration, long_journey_events, rss_journeys, content, plot };
+    let options =
+        crate::bench::BenchOptions { db, concurrency, duration, long_journey_events, rss_journeys, content, plot, growth, growth_journeys };
     let report = crate::bench::run(options).await?;
-    if json {
+    if json || growth.is_some() {
         println!("{report}");
     } else {
         report::print_bench(&report);

@@ -22,6 +22,37 @@ impl Store {
         })
     }
 
+    /// Copies every event of the journey `template` into the journeys `<template>-g<n>` for
+    /// `from <= n < to`, in one statement: the benchmark's way to grow the log by a million
+    /// events in seconds (never used by the service; the copies' chains name the template).
+    pub async fn grow_by_copying(&self, template: &str, from: i64, to: i64) -> Result<u64, StoreError> {
+        on_writer!(self, pool => {
+            let done = sqlx::query(
+                "WITH RECURSIVE g(n) AS (SELECT CAST($2 AS BIGINT) UNION ALL SELECT n + 1 FROM g WHERE n + 1 < $3) \
+                 INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata) \
+                 SELECT e.aggregate_type, e.aggregate_id || '-g' || CAST(g.n AS TEXT), e.sequence, e.event_type, e.event_version, \
+                        e.payload, e.metadata \
+                 FROM events e CROSS JOIN g WHERE e.aggregate_id = $1",
+            )
+            .bind(template)
+            .bind(from)
+            .bind(to)
+            .execute(pool)
+            .await?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    /// Refreshes the planner's statistics (PostgreSQL `ANALYZE`; SQLite `ANALYZE` too): after a
+    /// bulk load the statistics describe the empty log until autovacuum comes round, which a
+    /// log that grew over months never shows.
+    pub async fn analyze(&self) -> Result<(), StoreError> {
+        on_writer!(self, pool => {
+            sqlx::query("ANALYZE").execute(pool).await?;
+            Ok(())
+        })
+    }
+
     /// Reads every event row once (the raw scan replay is compared with); returns the count.
     pub async fn raw_scan(&self) -> Result<usize, StoreError> {
         let mut after: Option<(String, u64)> = None;

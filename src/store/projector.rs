@@ -307,18 +307,27 @@ impl Store {
         })
     }
 
-    /// A projector's checkpoint and the total number of events (its lag is the difference).
+    /// `(events folded, events committed)` for a projector. The committed count is the folded
+    /// count plus the events after its checkpoint — a range count on the projector's own order
+    /// (an index), so it costs the lag, not the log (a `COUNT(*)` of the whole log grew with it).
     pub async fn projector_lag(&self, projector: &str) -> Result<(i64, i64), StoreError> {
-        on_pool!(self, pool => {
-            let projected: Option<i64> = sqlx::query("SELECT events FROM projector_checkpoints WHERE projector = $1")
-                .bind(projector)
-                .fetch_optional(pool)
+        let at = self.projector_checkpoint(projector).await?;
+        let after: i64 = match self {
+            Store::Sqlite(s) => sqlx::query("SELECT COUNT(*) AS n FROM events WHERE position > $1")
+                .bind(at.position)
+                .fetch_one(&s.pool)
                 .await?
-                .map(|r| r.try_get("events"))
-                .transpose()?;
-            let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM events").fetch_one(pool).await?.try_get("n")?;
-            Ok((projected.unwrap_or(0), total))
-        })
+                .try_get("n")?,
+            Store::Postgres(s) => {
+                sqlx::query("SELECT COUNT(*) AS n FROM events WHERE (tx, position) > (CAST(CAST($1 AS text) AS xid8), $2)")
+                    .bind(at.tx)
+                    .bind(at.position)
+                    .fetch_one(&s.pool)
+                    .await?
+                    .try_get("n")?
+            }
+        };
+        Ok((at.events, at.events + after))
     }
 
     /// Takes or renews the lease on running `projector` in the background for `holder` until
