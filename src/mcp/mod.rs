@@ -200,32 +200,37 @@ impl ServerHandler for CoachServer {
         );
         let handler = tokio::spawn(self.clone().handle(principal, call_id.clone(), name.clone(), args).instrument(span.clone()));
         let outcome = tokio::time::timeout(self.app.settings.mcp.handler_timeout, handler).instrument(span.clone()).await;
-        let _entered = span.enter();
         let locale = self.app.settings.default_locale.clone();
         let dispatcher_error = |tool: &str, code: &'static str| {
             let mut row = self.row(&call_id, "error", "dispatcher", tool);
             row.code = Some(code);
             row
         };
-        match outcome {
-            Ok(Ok(Some(result))) => result.map(CallToolResponse::from),
-            Ok(Ok(None)) => {
-                // The client's mistake, not a server fault.
-                span.record("outcome", "UNKNOWN_TOOL");
-                tracing::info!("tool call refused: no such tool");
-                self.audit(vec![dispatcher_error("unknown", "VALIDATION_FAILED")]).await;
-                Err(McpError::invalid_params("unknown tool", None))
+        // Instrumented, never `span.enter()`: an entered guard held across the audit's await
+        // leaves the span current on a worker thread after it closed, and the next
+        // `Span::current()` there (sqlx's connection worker) panics in tracing's registry.
+        let exit = async {
+            match outcome {
+                Ok(Ok(Some(result))) => result.map(CallToolResponse::from),
+                Ok(Ok(None)) => {
+                    // The client's mistake, not a server fault.
+                    span.record("outcome", "UNKNOWN_TOOL");
+                    tracing::info!("tool call refused: no such tool");
+                    self.audit(vec![dispatcher_error("unknown", "VALIDATION_FAILED")]).await;
+                    Err(McpError::invalid_params("unknown tool", None))
+                }
+                Ok(Err(_)) | Err(_) => {
+                    // The handler panicked or timed out: its outcome is unknown, so this exit never
+                    // claims "not stored"; a late handler's own exit is refused by the audit table.
+                    span.record("outcome", "INTERNAL");
+                    tracing::error!("tool handler panicked or timed out");
+                    self.audit(vec![dispatcher_error(&name, "INTERNAL")]).await;
+                    let err = AppError::Internal;
+                    call_result(error_result(&self.app, &err, &locale, None), &err.finding(&locale), true, None).map(CallToolResponse::from)
+                }
             }
-            Ok(Err(_)) | Err(_) => {
-                // The handler panicked or timed out: its outcome is unknown, so this exit never
-                // claims "not stored"; a late handler's own exit is refused by the audit table.
-                span.record("outcome", "INTERNAL");
-                tracing::error!("tool handler panicked or timed out");
-                self.audit(vec![dispatcher_error(&name, "INTERNAL")]).await;
-                let err = AppError::Internal;
-                call_result(error_result(&self.app, &err, &locale, None), &err.finding(&locale), true, None).map(CallToolResponse::from)
-            }
-        }
+        };
+        exit.instrument(span.clone()).await
     }
 
     async fn list_resources(
