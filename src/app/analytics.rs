@@ -292,10 +292,11 @@ impl App {
 
     /// The analyst views with their lag.
     pub async fn analytics_status(&self) -> Result<Vec<ViewStatus>, AppError> {
-        let (_, total) = self.store.projector_lag(PROJECTOR).await?;
+        let (primary, total) = self.store.projector_lag(PROJECTOR).await?;
+        // On a replica the analysts see what it has replayed; its own count would lag with it.
         let position = match &self.analytics_store {
-            Some(replica) => replica.projector_lag(PROJECTOR).await?.0,
-            None => self.store.projector_lag(PROJECTOR).await?.0,
+            Some(replica) => replica.projector_checkpoint(PROJECTOR).await?.events,
+            None => primary,
         };
         Ok(VIEWS
             .iter()

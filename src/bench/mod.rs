@@ -220,12 +220,18 @@ impl Coach {
 }
 
 async fn new_learner(app: &App) -> anyhow::Result<String> {
+    Ok(new_journey(app).await?.0)
+}
+
+/// A new learner with a started session: its bearer token and its journey.
+async fn new_journey(app: &App) -> anyhow::Result<(String, String)> {
     let token = app.create_learner("bench").await.map_err(|e| anyhow::anyhow!("learner: {}", e.code()))?;
     let principal = app.authenticate(&token).await.map_err(|e| anyhow::anyhow!("auth: {}", e.code()))?;
-    app.start_session(&principal, StartSession { time_zone: Some("UTC".into()), ..Default::default() })
+    let started = app
+        .start_session(&principal, StartSession { time_zone: Some("UTC".into()), ..Default::default() })
         .await
         .map_err(|e| anyhow::anyhow!("session: {}", e.code()))?;
-    Ok(token)
+    Ok((token, started.journey_id))
 }
 
 async fn load(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration) -> anyhow::Result<(Value, f64, f64)> {
@@ -472,15 +478,7 @@ async fn growth_figures(app: &Arc<App>, db: &str, keys: &str, content: Option<&P
     // The projector is timed without the server's background projector competing for the log.
     drop(server);
     app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
-    let token = new_learner(app).await?;
-    let principal = app.authenticate(&token).await.map_err(|e| anyhow::anyhow!("{}", e.code()))?;
-    let journey = app
-        .store
-        .latest_session(principal.learner_id.as_deref().unwrap_or_default())
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .context("no session")?
-        .journey_id;
+    let (_, journey) = new_journey(app).await?;
     build_journey(app, &journey, 3000).await?;
     let (before, _) = app.store.projector_lag(crate::app::analytics::PROJECTOR).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let t = Instant::now();
@@ -531,15 +529,7 @@ async fn growth_on(options: &BenchOptions, db: &str, keys: &str, events: usize) 
 
     // One template journey of events/journeys events, then copies of it.
     let per_journey = (events / journeys).max(4);
-    let token = new_learner(&app).await?;
-    let principal = app.authenticate(&token).await.map_err(|e| anyhow::anyhow!("{}", e.code()))?;
-    let template = app
-        .store
-        .latest_session(principal.learner_id.as_deref().unwrap_or_default())
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .context("no session")?
-        .journey_id;
+    let (_, template) = new_journey(&app).await?;
     let started = app.load_journey(&template).await.map_err(|e| anyhow::anyhow!("{}", e.code()))?.state.version as usize;
     build_journey(&app, &template, per_journey.saturating_sub(started)).await?;
     let t = Instant::now();
@@ -687,33 +677,9 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     eprintln!("bench: replay {replay_rate:.0} events/s, raw scan {scan_rate:.0} events/s");
 
     // A journey with many events, built through the command path, against a fresh one.
-    let long_token = new_learner(&app).await?;
-    let principal = app.authenticate(&long_token).await.map_err(|e| anyhow::anyhow!("{}", e.code()))?;
-    let journey = app
-        .store
-        .latest_session(principal.learner_id.as_deref().unwrap_or_default())
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .context("no session")?
-        .journey_id;
+    let (long_token, journey) = new_journey(&app).await?;
     let built = Instant::now();
-    for i in 0..options.long_journey_events.saturating_sub(2) {
-        let command = JourneyCommand::ChooseOption { choice: OptionChoice::Autopilot { autopilot: i % 2 == 0 } };
-        app.execute(
-            CommandRequest {
-                journey_id: journey.clone(),
-                command,
-                expected_version: None,
-                identity: None,
-                tool: "bench",
-                actor: Actor::Operator,
-                call: None,
-            },
-            None,
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("building the long journey: {}", e.code()))?;
-    }
+    build_journey(&app, &journey, options.long_journey_events.saturating_sub(2)).await?;
     eprintln!("bench: built a {}-event journey in {:.1} s", options.long_journey_events, built.elapsed().as_secs_f64());
     // Let the projectors finish folding the build first: the comparison is about one journey's
     // length, not about a background catch-up competing for the writer.

@@ -51,7 +51,7 @@ async fn running_journeys_keep_their_pack_version_and_new_ones_get_the_newest(t:
     let tz = chrono_tz::UTC;
     let teaching = |app: &skillpilot::app::App, state: &aggregates::learning_journey::LearningJourney| {
         let pack = app.pack_of(state).unwrap();
-        app.context_of(state, &pack, tz, &NoTokens).active_goal.map(|g| g.teaching).unwrap_or_default()
+        app.context_of(state, &pack, tz, &skillpilot::app::tokens::NoTokens).active_goal.map(|g| g.teaching).unwrap_or_default()
     };
     assert!(!teaching(&next, &kept).starts_with("Version 2"), "its text is version 1's");
 
@@ -74,18 +74,6 @@ async fn running_journeys_keep_their_pack_version_and_new_ones_get_the_newest(t:
     state = next.execute(begin, None).await.unwrap().state;
     assert_eq!(teaching(&next, &state), V2_TEACHING);
     next.store.close().await;
-}
-
-/// Opaque tokens are not needed to read the teaching text.
-struct NoTokens;
-
-impl projections::full_context::Sealer for NoTokens {
-    fn seal_option(&self, _: u64, _: &aggregates::learning_journey::OptionChoice) -> String {
-        String::new()
-    }
-    fn seal_capability(&self, _: u64, _: projections::full_context::CapabilityStep, _: u64) -> String {
-        String::new()
-    }
 }
 
 /// Contract: a published version is never changed in place. Start-up refuses an installed pack
