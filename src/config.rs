@@ -126,6 +126,7 @@ pub const FILE_KEYS: &[(&str, &str)] = &[
     ("public_url", "SKILLPILOT_PUBLIC_URL"),
     ("content", "SKILLPILOT_CONTENT"),
     ("analytics_db", "SKILLPILOT_ANALYTICS_DB"),
+    ("db_pooler", "SKILLPILOT_DB_POOLER"),
     ("default_locale", "SKILLPILOT_DEFAULT_LOCALE"),
     ("default_curriculum", "SKILLPILOT_DEFAULT_CURRICULUM"),
     ("allowed_hosts", "SKILLPILOT_ALLOWED_HOSTS"),

@@ -48,6 +48,8 @@ pub(crate) struct BenchOptions {
     /// journeys and compare write, read and projector figures with the empty database.
     pub growth: Option<usize>,
     pub growth_journeys: usize,
+    /// HOST:PORT of a transaction pooler the server under test goes through.
+    pub pooler: Option<String>,
 }
 
 #[derive(Default)]
@@ -100,10 +102,24 @@ impl Drop for Child {
     }
 }
 
-async fn spawn_server(db: &str, keys: &str, content: Option<&PathBuf>) -> anyhow::Result<Child> {
+/// Starts `skillpilot serve` on `db`; with `pooler` (HOST:PORT) it reaches the same database
+/// through that transaction pooler instead.
+async fn spawn_server(db: &str, keys: &str, content: Option<&PathBuf>, pooler: Option<&str>) -> anyhow::Result<Child> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let process = std::process::Command::new(std::env::current_exe()?)
-        .args(["--db", db])
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    match pooler {
+        Some(address) => {
+            let (host, pooler_port) = address.rsplit_once(':').context("--pooler is HOST:PORT")?;
+            let mut url = url::Url::parse(db).context("--pooler needs a postgres:// --db")?;
+            url.set_host(Some(host)).context("--pooler: bad host")?;
+            url.set_port(Some(pooler_port.parse().context("--pooler: bad port")?)).map_err(|()| anyhow::anyhow!("--pooler: bad port"))?;
+            command.args(["--db", url.as_str(), "--db-pooler", "transaction"]);
+        }
+        None => {
+            command.args(["--db", db]);
+        }
+    }
+    let process = command
         .args(content.map(|c| [std::ffi::OsStr::new("--content"), c.as_os_str()]).into_iter().flatten())
         .args(["serve", "--addr", &format!("127.0.0.1:{port}")])
         .env("SKILLPILOT_CAPABILITY_KEYS", keys)
@@ -469,9 +485,9 @@ pub(crate) async fn run(options: BenchOptions) -> anyhow::Result<Value> {
 
 /// Figures that must not change as the log grows: a write's and a context read's median through
 /// the real endpoint (on a fresh journey), and how fast the analytics projector folds new events.
-async fn growth_figures(app: &Arc<App>, db: &str, keys: &str, content: Option<&PathBuf>) -> anyhow::Result<Value> {
+async fn growth_figures(app: &Arc<App>, db: &str, keys: &str, content: Option<&PathBuf>, pooler: Option<&str>) -> anyhow::Result<Value> {
     let t = Instant::now();
-    let server = spawn_server(db, keys, content).await?;
+    let server = spawn_server(db, keys, content, pooler).await?;
     let server_start = t.elapsed().as_secs_f64();
     let token = new_learner(app).await?;
     let (write_p50, read_p50) = turn_p50s(&server.base, &token, 300).await?;
@@ -524,7 +540,7 @@ async fn growth_on(options: &BenchOptions, db: &str, keys: &str, events: usize) 
     let store = app.store.kind();
     let journeys = options.growth_journeys.max(1);
     eprintln!("bench: {store} store, growth by {events} events across {journeys} journeys");
-    let empty = growth_figures(&app, db, keys, options.content.as_ref()).await?;
+    let empty = growth_figures(&app, db, keys, options.content.as_ref(), options.pooler.as_deref()).await?;
     eprintln!("bench: empty: {empty}");
 
     // One template journey of events/journeys events, then copies of it.
@@ -558,7 +574,7 @@ async fn growth_on(options: &BenchOptions, db: &str, keys: &str, events: usize) 
     // A log that grew over months has current planner statistics (autovacuum analyzes as it
     // grows); a bulk load has not until autovacuum comes round.
     app.store.analyze().await.map_err(|e| anyhow::anyhow!("analyze: {e}"))?;
-    let grown = growth_figures(&app, db, keys, options.content.as_ref()).await?;
+    let grown = growth_figures(&app, db, keys, options.content.as_ref(), options.pooler.as_deref()).await?;
     eprintln!("bench: grown: {grown}");
     let ratio = |key: &str| grown[key].as_f64().zip(empty[key].as_f64()).map(|(g, e)| g / e);
     let ratios = json!({
@@ -590,7 +606,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     settings.content_dir = options.content.clone();
     settings.capability_keys = Some(keys.to_owned());
     let app = crate::startup::build_app(settings, Arc::new(SystemClock)).await?;
-    let server = spawn_server(db, keys, options.content.as_ref()).await?;
+    let server = spawn_server(db, keys, options.content.as_ref(), options.pooler.as_deref()).await?;
     let duration = Duration::from_secs(options.duration);
     let store = app.store.kind();
     eprintln!("bench: {store} store, concurrency {:?}, {} s per level", options.concurrency, options.duration);
@@ -724,6 +740,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
         verdicts(&ratios, &targets).into_iter().map(|v| (v.name, json!(if v.met { "met" } else { "missed" }))).collect();
     let out = json!({
         "store": store,
+        "pooler": options.pooler,
         "ratios": ratios,
         "verdict": verdict,
         "ratios_at_concurrency": key_level,

@@ -38,6 +38,11 @@ pub struct Cli {
     /// A PostgreSQL read replica (streaming standby of --db) for the analysts' reads.
     #[arg(long = "analytics-db", global = true, env = "SKILLPILOT_ANALYTICS_DB")]
     analytics_db: Option<String>,
+    /// How PostgreSQL is reached: none (directly, or a pooler in session mode) or transaction
+    /// (a pooler such as pgbouncer in transaction mode: every statement in a transaction, none
+    /// named on the server).
+    #[arg(long = "db-pooler", global = true, env = "SKILLPILOT_DB_POOLER", value_enum, default_value = "none")]
+    db_pooler: crate::store::Pooler,
     /// A TOML config file (every key: docs/operations.md and packaging/config.toml); flags and
     /// environment variables take precedence.
     #[arg(long, global = true, env = "SKILLPILOT_CONFIG")]
@@ -247,6 +252,11 @@ struct BenchArgs {
     /// Journeys the grown events are spread across.
     #[arg(long, default_value_t = 10_000)]
     growth_journeys: usize,
+    /// The server under test reaches PostgreSQL through a pooler in transaction mode at
+    /// HOST:PORT (e.g. pgbouncer forwarding to --db's server), with `--db-pooler transaction`;
+    /// the bench's own connections and baselines stay direct.
+    #[arg(long)]
+    pooler: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -369,6 +379,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
     let mut settings = Settings::for_db(DbUrl::parse(&cli.db));
     settings.content_dir = cli.content.clone();
     settings.analytics_db = cli.analytics_db.as_deref().map(DbUrl::parse);
+    settings.pool.pooler = cli.db_pooler;
     settings.capability_keys = std::env::var("SKILLPILOT_CAPABILITY_KEYS").ok().filter(|s| !s.trim().is_empty());
     match cli.command {
         Command::Serve(args) => serve(settings, *args).await,
@@ -508,14 +519,24 @@ async fn events(settings: Settings, filter: EventFilter) -> anyhow::Result<i32> 
 /// Runs the benchmark on a scratch database; exit 4 under `--check` when a ratio misses.
 #[cfg(feature = "bench")]
 async fn bench(db: &str, content: Option<PathBuf>, args: BenchArgs) -> anyhow::Result<i32> {
-    let BenchArgs { concurrency, duration, long_journey_events, rss_journeys, json, plot, check, growth, growth_journeys } = args;
+    let BenchArgs { concurrency, duration, long_journey_events, rss_journeys, json, plot, check, growth, growth_journeys, pooler } = args;
     anyhow::ensure!(!concurrency.is_empty() && concurrency.iter().all(|c| *c > 0), "--concurrency needs positive numbers");
     let db = std::env::args()
         .any(|a| a == "--db" || a.starts_with("--db="))
         .then(|| db.to_owned())
         .or_else(|| std::env::var("DATABASE_URL").ok());
-    let options =
-        crate::bench::BenchOptions { db, concurrency, duration, long_journey_events, rss_journeys, content, plot, growth, growth_journeys };
+    let options = crate::bench::BenchOptions {
+        db,
+        concurrency,
+        duration,
+        long_journey_events,
+        rss_journeys,
+        content,
+        plot,
+        growth,
+        growth_journeys,
+        pooler,
+    };
     let report = crate::bench::run(options).await?;
     if json || growth.is_some() {
         println!("{report}");

@@ -166,10 +166,12 @@ impl Store {
                 insert_audit_rows!(rows).build().execute(&s.relaxed).await?;
             }
             Self::Postgres(s) => {
-                let mut tx = s.pool.begin().await?;
-                sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *tx).await?;
-                insert_audit_rows!(rows).build().execute(&mut *tx).await?;
-                tx.commit().await?;
+                super::on_pg!(s, pool => {
+                    let mut tx = pool.begin().await?;
+                    sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *tx).await?;
+                    insert_audit_rows!(rows).build().execute(&mut *tx).await?;
+                    tx.commit().await?;
+                })
             }
         }
         Ok(())

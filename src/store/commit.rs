@@ -112,7 +112,8 @@ impl Store {
             })).collect::<Vec<_>>(),
             "audit": commit.audit.iter().map(audit_json).collect::<Vec<_>>(),
         });
-        let row = sqlx::query(PG_COMMIT).bind(body.to_string()).fetch_one(&s.pool).await.map_err(commit_error)?;
+        let body = body.to_string();
+        let row = super::on_pg!(s, pool => sqlx::query(PG_COMMIT).bind(&body).fetch_one(pool).await).map_err(commit_error)?;
         let appended: i64 = sqlx::Row::try_get(&row, "appended")?;
         // Nothing inserted: the stream already holds the request id.
         if appended == 0 {

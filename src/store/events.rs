@@ -43,7 +43,16 @@ impl Store {
     pub async fn events_after(&self, journey_id: &str, after: u64) -> Result<Vec<StoredEvent>, StoreError> {
         let events = match self {
             Self::Sqlite(s) => s.repo.get_last_events::<LearningJourney>(journey_id, after as usize).await?,
-            Self::Postgres(s) => s.repo.get_last_events::<LearningJourney>(journey_id, after as usize).await?,
+            Self::Postgres(s) if s.tx_pool.is_none() => s.repo.get_last_events::<LearningJourney>(journey_id, after as usize).await?,
+            // The store crate's read names its statement; behind a transaction pooler the same
+            // query runs unnamed through the pooler's executor.
+            Self::Postgres(s) => {
+                let sql = format!(
+                    "SELECT {EVENT_COLUMNS} FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3 ORDER BY sequence"
+                );
+                let rows = super::on_pg!(s, pool => sqlx::query(&sql).bind(LearningJourney::TYPE).bind(journey_id).bind(i64_of(after)).fetch_all(pool).await?);
+                rows.iter().map(row_to_event).collect::<Result<_, _>>()?
+            }
         };
         Ok(events)
     }

@@ -13,6 +13,7 @@ pub(crate) mod content;
 mod events;
 pub(crate) mod identity;
 pub(crate) mod oauth;
+mod pooler;
 pub(crate) mod projector;
 mod snapshots;
 mod views;
@@ -22,6 +23,8 @@ pub use commit::Commit;
 pub use events::StoredEvent;
 pub(crate) use events::{row_to_event, EVENT_COLUMNS};
 pub use identity::SessionRow;
+pub use pooler::Pooler;
+use pooler::TxPool;
 pub use snapshots::{Snapshot, SNAPSHOT_SCHEMA};
 pub use views::ViewTable;
 
@@ -112,6 +115,9 @@ pub struct SqliteStore {
 pub struct PgStore {
     pool: PgPool,
     repo: PostgresEventRepository,
+    /// Set behind a transaction pooler: the pool as an executor that keeps every statement in
+    /// a transaction and unnamed (`pooler.rs`).
+    tx_pool: Option<TxPool>,
 }
 
 /// One handle for either store.
@@ -129,15 +135,31 @@ macro_rules! on_pool_impl {
                 let $pool = &s.pool;
                 $body
             }
-            Store::Postgres(s) => {
-                let $pool = &s.pool;
+            Store::Postgres(s) => $crate::store::on_pg!(s, $pool => $body),
+        }
+    };
+}
+
+pub(crate) use on_pool_impl as on_pool;
+
+/// Runs the body on a PostgreSQL store's pool: directly, or behind a transaction pooler through
+/// the executor that keeps each statement in a transaction (the body is compiled for both).
+macro_rules! on_pg_impl {
+    ($s:expr, $pool:ident => $body:expr) => {
+        match &$s.tx_pool {
+            Some(tx_pool) => {
+                let $pool = tx_pool;
+                $body
+            }
+            None => {
+                let $pool = &$s.pool;
                 $body
             }
         }
     };
 }
 
-pub(crate) use on_pool_impl as on_pool;
+pub(crate) use on_pg_impl as on_pg;
 
 /// `on_pool!` for a write: on SQLite it first waits for this process's one write turn and
 /// holds it for the whole body, so a write cannot be written without its turn (PostgreSQL
@@ -151,10 +173,7 @@ macro_rules! on_writer_impl {
                 let $pool = &s.pool;
                 $body
             }
-            Store::Postgres(s) => {
-                let $pool = &s.pool;
-                $body
-            }
+            Store::Postgres(s) => $crate::store::on_pg!(s, $pool => $body),
         }
     };
 }
@@ -224,12 +243,40 @@ pub struct PoolSettings {
     pub max_connections: u32,
     /// How long to wait for a connection before `STORE_UNAVAILABLE`.
     pub acquire_timeout: Duration,
+    /// Whether PostgreSQL is reached through a pooler in transaction mode.
+    pub pooler: Pooler,
 }
 
 impl Default for PoolSettings {
     fn default() -> Self {
-        Self { max_connections: 10, acquire_timeout: Duration::from_secs(5) }
+        Self { max_connections: 10, acquire_timeout: Duration::from_secs(5), pooler: Pooler::None }
     }
+}
+
+/// The migrations behind a transaction pooler: sqlx's migrator holds a session-level advisory
+/// lock across transactions, which a pooler cannot keep. Here they run in one transaction on one
+/// server connection instead — serialized between instances by a transaction-level lock, each
+/// migration a savepoint — and the statements the migrator prepared by name are dropped before
+/// the connection goes back to the pooler.
+///
+/// They run on a blocking thread: on a transaction's connection the migrator's generic executor
+/// bounds defeat the compiler's proof that the future is `Send`, which every caller needs.
+async fn migrate_pooled(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    let (pool, runtime) = (pool.clone(), tokio::runtime::Handle::current());
+    let run = tokio::task::spawn_blocking(move || {
+        runtime.block_on(async move {
+            let mut migrator = sqlx::migrate!("./migrations/postgres");
+            migrator.set_locking(false);
+            let mut tx = pool.begin().await?;
+            // Any constant distinct from sqlx's own lock key; the value is arbitrary.
+            sqlx::raw_sql("SELECT pg_advisory_xact_lock(7283950143)").execute(&mut *tx).await?;
+            migrator.run(&mut *tx).await?;
+            sqlx::raw_sql("DEALLOCATE ALL").execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    });
+    run.await.map_err(|e| sqlx::migrate::MigrateError::Source(Box::new(e)))?
 }
 
 pub(crate) fn i64_of(v: u64) -> i64 {
@@ -262,14 +309,20 @@ impl Store {
                 Ok(Self::Sqlite(SqliteStore { pool, repo, relaxed, writer: tokio::sync::Mutex::new(()) }))
             }
             DbUrl::Postgres(url) => {
-                let options = PgConnectOptions::from_str(url)?;
+                let mut options = PgConnectOptions::from_str(url)?;
+                if settings.pooler == Pooler::Transaction {
+                    // Nothing cached by name on a server connection the pooler lends to others,
+                    // and no startup parameter pgbouncer refuses (it passes only those it tracks).
+                    options = options.statement_cache_capacity(0).extra_float_digits(None);
+                }
                 let pool = PgPoolOptions::new()
                     .max_connections(settings.max_connections)
                     .acquire_timeout(settings.acquire_timeout)
                     .connect_with(options)
                     .await?;
                 let repo = PostgresEventRepository::new(pool.clone());
-                Ok(Self::Postgres(PgStore { pool, repo }))
+                let tx_pool = (settings.pooler == Pooler::Transaction).then(|| TxPool(pool.clone()));
+                Ok(Self::Postgres(PgStore { pool, repo, tx_pool }))
             }
         }
     }
@@ -286,12 +339,18 @@ impl Store {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let result = match self {
             Self::Sqlite(s) => sqlx::migrate!("./migrations/sqlite").run(&s.pool).await,
+            Self::Postgres(s) if s.tx_pool.is_some() => migrate_pooled(&s.pool).await,
             Self::Postgres(s) => sqlx::migrate!("./migrations/postgres").run(&s.pool).await,
         };
         result.map_err(|e| match e {
             sqlx::migrate::MigrateError::Execute(err) => StoreError::from(err),
             other => StoreError::Database(other.to_string()),
         })
+    }
+
+    /// Whether statements go through a transaction pooler.
+    pub fn pooled(&self) -> bool {
+        matches!(self, Self::Postgres(PgStore { tx_pool: Some(_), .. }))
     }
 
     /// A cheap round trip, for `/readyz`.

@@ -319,12 +319,12 @@ impl Store {
                 .await?
                 .try_get("n")?,
             Store::Postgres(s) => {
-                sqlx::query("SELECT COUNT(*) AS n FROM events WHERE (tx, position) > (CAST(CAST($1 AS text) AS xid8), $2)")
+                super::on_pg!(s, pool => sqlx::query("SELECT COUNT(*) AS n FROM events WHERE (tx, position) > (CAST(CAST($1 AS text) AS xid8), $2)")
                     .bind(at.tx)
                     .bind(at.position)
-                    .fetch_one(&s.pool)
-                    .await?
-                    .try_get("n")?
+                    .fetch_one(pool)
+                    .await?)
+                .try_get("n")?
             }
         };
         Ok((at.events, at.events + after))

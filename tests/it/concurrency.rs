@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{content_dir, spawn, Backend, TestApp};
+use crate::helpers::{content_dir, Backend, TestApp};
 use crate::mcp_contract::{call, coach, coach_at_start};
 
 async fn sixty_four_clients_on_one_version_get_exactly_one_success(t: Arc<TestApp>) {
@@ -80,6 +80,7 @@ async fn a_retry_storm_over_http_has_one_effect_per_key(t: Arc<TestApp>) {
 }
 
 crate::both_stores!(sixty_four_clients_on_one_version_get_exactly_one_success, a_retry_storm_over_http_has_one_effect_per_key);
+crate::through_pgbouncer!(sixty_four_clients_on_one_version_get_exactly_one_success, a_retry_storm_over_http_has_one_effect_per_key);
 
 struct Server(std::process::Child, String);
 
@@ -93,7 +94,8 @@ impl Drop for Server {
 async fn server(t: &TestApp) -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"))
-        .args(["--db", &t.db_url, "--content", content_dir().to_str().unwrap(), "serve", "--addr", &format!("127.0.0.1:{port}")])
+        .args(t.db_args())
+        .args(["--content", content_dir().to_str().unwrap(), "serve", "--addr", &format!("127.0.0.1:{port}")])
         .env("SKILLPILOT_CAPABILITY_KEYS", &t.keys_spec)
         .env("RUST_LOG", "error")
         .spawn()
@@ -112,7 +114,18 @@ async fn server(t: &TestApp) -> Server {
 /// journeys at once: no duplicate, no gap, every chain intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_server_processes_racing_on_one_database_keep_every_stream_whole() {
-    let t = spawn(Backend::Postgres).await;
+    two_server_processes_race(false).await;
+}
+
+/// The same race with both processes reaching PostgreSQL through pgbouncer in transaction
+/// pooling mode, with fewer server connections than either process's pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_server_processes_racing_through_pgbouncer_keep_every_stream_whole() {
+    two_server_processes_race(true).await;
+}
+
+async fn two_server_processes_race(pooled: bool) {
+    let t = crate::helpers::spawn_on(Backend::Postgres, pooled, |_| {}).await;
     let (a, b) = (server(&t).await, server(&t).await);
     let http = reqwest::Client::new();
     // Sessions are started through a server process (its wall clock, not the test's manual one).
@@ -196,5 +209,8 @@ async fn two_server_processes_racing_on_one_database_keep_every_stream_whole() {
     assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
     assert!(successes >= 4, "progress was made: {successes}");
     drop((a, b));
+    if let Some(p) = &t.pgbouncer {
+        assert!(p.transactions(&t.db_name()).await > 0, "the processes' transactions went through pgbouncer");
+    }
     t.teardown().await;
 }

@@ -189,3 +189,4 @@ async fn every_tools_result_matches_its_golden_file(t: Arc<TestApp>) {
 }
 
 both_stores!(tools_list_matches_its_golden_file, every_tools_result_matches_its_golden_file);
+crate::through_pgbouncer!(every_tools_result_matches_its_golden_file);

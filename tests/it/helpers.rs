@@ -34,6 +34,8 @@ pub struct TestApp {
     pub keys_spec: String,
     pub http: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The pgbouncer the app reaches PostgreSQL through, in the runs through a pooler.
+    pub pgbouncer: Option<Pgbouncer>,
 }
 
 /// `SKILLPILOT_LONG=1`: the fault and concurrency tests run their long variants (more
@@ -88,10 +90,114 @@ pub async fn spawn(backend: Backend) -> TestApp {
 
 /// A running application whose settings `adjust` changes first.
 pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> TestApp {
+    spawn_on(backend, false, adjust).await
+}
+
+/// A private pgbouncer in transaction pooling mode in front of the shared PostgreSQL, on a spare
+/// port, with fewer server connections than the app's pool, so clients share them; stopped when
+/// dropped.
+pub struct Pgbouncer {
+    child: std::process::Child,
+    dir: PathBuf,
+    pub port: u16,
+}
+
+/// Server connections pgbouncer keeps per database and user: below the app's pool of 10.
+pub const PGBOUNCER_POOL: u32 = 3;
+
+impl Pgbouncer {
+    pub fn start() -> Self {
+        let bin = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer", "/usr/local/bin/pgbouncer"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+            .expect("pgbouncer is needed for the runs through a pooler: install it (Debian: apt-get install pgbouncer); scripts/test does");
+        let admin = url::Url::parse(&admin_postgres_url()).unwrap();
+        let (host, port, user) =
+            (admin.host_str().unwrap_or("127.0.0.1").to_owned(), admin.port().unwrap_or(5432), admin.username().to_owned());
+        let dir = std::env::temp_dir().join(format!("sp-pgbouncer-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        std::fs::write(dir.join("users.txt"), format!("\"{user}\" \"\"\n")).unwrap();
+        std::fs::write(
+            dir.join("pgbouncer.ini"),
+            format!(
+                "[databases]\n* = host={host} port={port}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {listen}\nunix_socket_dir =\n\
+                 auth_type = trust\nauth_file = {users}\npool_mode = transaction\ndefault_pool_size = {PGBOUNCER_POOL}\nmax_client_conn = 500\n\
+                 admin_users = {user}\nstats_period = 1\nlogfile = {log}\n",
+                users = dir.join("users.txt").display(),
+                log = dir.join("pgbouncer.log").display(),
+            ),
+        )
+        .unwrap();
+        let mut command = std::process::Command::new(bin);
+        // pgbouncer refuses to run as root: it switches to the postgres user, who must read its files.
+        if std::env::var("USER").as_deref() == Ok("root")
+            || std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false)
+        {
+            assert!(std::process::Command::new("chown").args(["-R", "postgres", dir.to_str().unwrap()]).status().unwrap().success());
+            command.args(["-u", "postgres"]);
+        }
+        let child = command.arg(dir.join("pgbouncer.ini")).stdout(std::process::Stdio::null()).spawn().unwrap();
+        // Owned at once, so a pgbouncer that never listens is still stopped (by the drop).
+        let pgbouncer = Self { child, dir, port: listen };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", listen)).is_ok() {
+                return pgbouncer;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        panic!(
+            "pgbouncer did not listen on {listen}: {}",
+            std::fs::read_to_string(pgbouncer.dir.join("pgbouncer.log")).unwrap_or_default()
+        );
+    }
+
+    /// `url` (a database on the shared PostgreSQL) through this pooler.
+    pub fn url_for(&self, url: &str) -> String {
+        let mut url = url::Url::parse(url).unwrap();
+        url.set_host(Some("127.0.0.1")).unwrap();
+        url.set_port(Some(self.port)).unwrap();
+        url.to_string()
+    }
+
+    /// Transactions pgbouncer ran for `database` (its admin console's `SHOW STATS`).
+    pub async fn transactions(&self, database: &str) -> i64 {
+        use sqlx::Row;
+        // pgbouncer folds its totals every `stats_period` (1 s here).
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let admin = url::Url::parse(&admin_postgres_url()).unwrap();
+        let url = format!("postgres://{}@127.0.0.1:{}/pgbouncer", admin.username(), self.port);
+        let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+        let mut conn = sqlx::PgConnection::connect_with(&options.extra_float_digits(None).statement_cache_capacity(0)).await.unwrap();
+        let rows = sqlx::raw_sql("SHOW STATS").fetch_all(&mut conn).await.unwrap();
+        rows.iter()
+            .filter(|r| r.try_get_unchecked::<String, _>("database").is_ok_and(|d| d == database))
+            // The console answers in text (its counters typed numeric): read the text.
+            .map(|r| r.try_get_unchecked::<String, _>("total_xact_count").unwrap().parse::<i64>().unwrap())
+            .sum()
+    }
+}
+
+impl Drop for Pgbouncer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `spawn_with`, with the app reaching PostgreSQL through a private pgbouncer in transaction
+/// pooling mode when `pooled` (and `db_pooler = transaction`).
+pub async fn spawn_on(backend: Backend, pooled: bool, adjust: impl FnOnce(&mut Settings)) -> TestApp {
     let (db_url, _) = fresh_database(backend).await;
+    let pgbouncer = pooled.then(Pgbouncer::start);
     let clock = Arc::new(ManualClock::at(t0()));
     let keys_spec = Keys::generate_spec().unwrap();
-    let mut settings = Settings::for_db(DbUrl::parse(&db_url));
+    let mut settings = Settings::for_db(DbUrl::parse(&pgbouncer.as_ref().map_or_else(|| db_url.clone(), |p| p.url_for(&db_url))));
+    if pgbouncer.is_some() {
+        settings.pool.pooler = skillpilot::store::Pooler::Transaction;
+    }
     // Bound first, so the public URL (OAuth issuer and resource) names the real port.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base_url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
@@ -106,7 +212,7 @@ pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) ->
     tokio::spawn(service.run_until(async move {
         rx.await.ok();
     }));
-    TestApp { backend, app, clock, db_url, base_url, keys_spec, http: reqwest::Client::new(), shutdown: Some(tx) }
+    TestApp { backend, app, clock, db_url, base_url, keys_spec, http: reqwest::Client::new(), shutdown: Some(tx), pgbouncer }
 }
 
 impl TestApp {
@@ -116,6 +222,7 @@ impl TestApp {
             tx.send(()).ok();
         }
         self.app.store.close().await;
+        drop(self.pgbouncer.take());
         match self.backend {
             Backend::Sqlite => {
                 for suffix in ["", "-wal", "-shm"] {
@@ -202,6 +309,21 @@ impl TestApp {
         }
     }
 
+    /// The `--db` and `--db-pooler` arguments of a `skillpilot` process that reaches this test's
+    /// database the way the app does (through the pooler, when there is one).
+    pub fn db_args(&self) -> Vec<String> {
+        match (&self.pgbouncer, self.backend) {
+            (Some(p), _) => vec!["--db".into(), p.url_for(&self.db_url), "--db-pooler".into(), "transaction".into()],
+            (None, Backend::Sqlite) => vec!["--db".into(), format!("sqlite://{}", self.db_url)],
+            (None, Backend::Postgres) => vec!["--db".into(), self.db_url.clone()],
+        }
+    }
+
+    /// The name of this test's database (PostgreSQL) or file stem.
+    pub fn db_name(&self) -> String {
+        self.db_url.split('?').next().and_then(|b| b.rsplit('/').next()).unwrap_or_default().trim_end_matches(".db").to_owned()
+    }
+
     /// Runs the `skillpilot` binary against this test's database.
     ///
     /// The wait blocks this thread, so it runs in `block_in_place`: a task of this app parked
@@ -240,14 +362,45 @@ where
     F: FnOnce(Arc<TestApp>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let t = Arc::new(spawn_with(backend, adjust).await);
+    run_on(backend, false, adjust, scenario).await
+}
+
+/// `run_with`, through a private pgbouncer in transaction pooling mode when `pooled`; then checks
+/// that the scenario's transactions really went through it.
+pub async fn run_on<F, Fut>(backend: Backend, pooled: bool, adjust: impl FnOnce(&mut Settings), scenario: F)
+where
+    F: FnOnce(Arc<TestApp>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let t = Arc::new(spawn_on(backend, pooled, adjust).await);
     let result = tokio::spawn(scenario(t.clone())).await;
+    if let (Ok(()), Some(p)) = (&result, &t.pgbouncer) {
+        assert!(t.app.store.pooled());
+        let through = p.transactions(&t.db_name()).await;
+        assert!(through > 0, "the scenario's transactions went through pgbouncer ({through})");
+    }
     if let Ok(t) = Arc::try_unwrap(t) {
         t.teardown().await;
     }
     if let Err(e) = result {
         std::panic::resume_unwind(e.into_panic());
     }
+}
+
+/// Declares each scenario once more, on PostgreSQL through a private pgbouncer in transaction
+/// pooling mode (`db_pooler = transaction`), in a module `through_pgbouncer`.
+#[macro_export]
+macro_rules! through_pgbouncer {
+    ($($name:ident),* $(,)?) => {
+        mod through_pgbouncer {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::helpers::run_on($crate::helpers::Backend::Postgres, true, |_| {}, super::$name).await
+                }
+            )*
+        }
+    };
 }
 
 /// Declares each scenario as two tests: one on SQLite, one on PostgreSQL; with

@@ -111,3 +111,10 @@ both_stores!(
     journey_d_over_the_initialize_handshake,
     journey_e_over_the_initialize_handshake,
 );
+crate::through_pgbouncer!(
+    journey_a_teach_complete_mode_choice_learn_and_taught_successor,
+    journey_b_close_only_then_an_explicit_continue,
+    journey_c_verified_recall_over_three_turns_ending_in_a_picture,
+    journey_d_exam_released_after_mastery_and_scored_by_the_backend,
+    journey_e_a_locale_switch_turns_every_text_english,
+);
