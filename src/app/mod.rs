@@ -59,6 +59,10 @@ pub struct App {
     /// Whether a learner or OAuth client is still active (not revoked), each for
     /// `identity::Settings::bearer_cache_ttl`.
     pub(crate) standing: Bounded<String, (bool, std::time::Instant)>,
+    /// Learning sessions by id: a session row is written once and never changed (its expiry
+    /// follows from the journey, which is read anyway), so a call naming its session needs no
+    /// read of it after the first.
+    pub(crate) sessions: Bounded<String, crate::store::SessionRow>,
     /// Client registrations per address in the current hour (`oauth_register_per_hour`).
     pub(crate) registrations: Bounded<std::net::IpAddr, (u32, chrono::DateTime<chrono::Utc>)>,
 }
@@ -184,6 +188,7 @@ impl App {
             subjects: Bounded::new(settings_cache),
             principals,
             standing: Bounded::new(settings_cache),
+            sessions: Bounded::new(settings_cache),
             registrations: Bounded::new(4096),
         });
         app.catch_up_views().await.context("cannot bring the views up to date")?;

@@ -140,7 +140,14 @@ impl App {
     /// reveals nothing; an expired one is expired.
     pub async fn resolve_session(&self, principal: &Principal, token: &str) -> Result<ActiveSession, AppError> {
         let claims = self.keys.open_session(token)?;
-        let row = self.store.session(&claims.sid).await?.ok_or(AppError::SessionInvalid)?;
+        let row = match self.sessions.get(&claims.sid) {
+            Some(row) => row,
+            None => {
+                let row = self.store.session(&claims.sid).await?.ok_or(AppError::SessionInvalid)?;
+                self.sessions.put(claims.sid.clone(), row.clone());
+                row
+            }
+        };
         if principal.learner_id.as_deref() != Some(row.learner_id.as_str()) {
             return Err(AppError::SessionInvalid);
         }

@@ -59,10 +59,15 @@ pub struct AuditRun {
 /// handler after the dispatcher's) by the unique index; a macro because the builder is typed
 /// by the backend.
 macro_rules! insert_audit_rows {
-    ($rows:expr) => {{
-        let mut insert = sqlx::QueryBuilder::new(
+    ($rows:expr) => {
+        insert_audit_rows!(
+            $rows,
             "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms) ",
-        );
+            ""
+        )
+    };
+    ($rows:expr, $head:expr, $tail:expr) => {{
+        let mut insert = sqlx::QueryBuilder::new($head);
         insert.push_values($rows, |mut b, a: &ToolCallRow| {
             b.push_bind(a.call_id.clone())
                 .push_bind(a.phase)
@@ -74,10 +79,19 @@ macro_rules! insert_audit_rows {
                 .push_bind(a.duration_ms)
                 .push_bind(a.at_ms);
         });
+        insert.push($tail);
         insert.push(" ON CONFLICT DO NOTHING");
         insert
     }};
 }
+
+/// The audit rows of `write_audit` on PostgreSQL as one statement: its own transaction does not
+/// wait for its flush (`set_config(…, true)` is the statement's `SET LOCAL`; the function is
+/// volatile, so the CTE is evaluated, once, as the join's one row).
+const PG_RELAXED_AUDIT_HEAD: &str = "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)) \
+     INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms) \
+     SELECT v.* FROM relaxed, (";
+const PG_RELAXED_AUDIT_TAIL: &str = ") AS v (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)";
 pub(crate) use insert_audit_rows;
 
 impl Store {
@@ -166,12 +180,8 @@ impl Store {
                 insert_audit_rows!(rows).build().execute(&s.relaxed).await?;
             }
             Self::Postgres(s) => {
-                super::on_pg!(s, pool => {
-                    let mut tx = pool.begin().await?;
-                    sqlx::query("SET LOCAL synchronous_commit = off").execute(&mut *tx).await?;
-                    insert_audit_rows!(rows).build().execute(&mut *tx).await?;
-                    tx.commit().await?;
-                })
+                let mut insert = insert_audit_rows!(rows, PG_RELAXED_AUDIT_HEAD, PG_RELAXED_AUDIT_TAIL);
+                super::on_pg!(s, pool => insert.build().execute(pool).await?);
             }
         }
         Ok(())
