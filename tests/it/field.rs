@@ -498,6 +498,7 @@ both_stores!(
 mod short_cache {
     use super::*;
     both_stores!(settings = short_bearer_cache; revoked_learners_tokens_and_clients_stop_working_within_the_bearer_cache_lifetime);
+    crate::through_pgbouncer!(settings = short_bearer_cache; revoked_learners_tokens_and_clients_stop_working_within_the_bearer_cache_lifetime);
 }
 
 /// A damaged SQLite file: the CLI's last line names the damage, not a bare `INTERNAL`.

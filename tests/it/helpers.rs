@@ -330,14 +330,9 @@ impl TestApp {
     /// on the blocked worker (the background projector mid-transaction, say) moves to another
     /// thread instead of holding its row lock while the CLI process waits for that lock.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
-        let db = match self.backend {
-            Backend::Sqlite => format!("sqlite://{}", self.db_url),
-            Backend::Postgres => self.db_url.clone(),
-        };
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_skillpilot"));
         command
-            .arg("--db")
-            .arg(db)
+            .args(self.db_args())
             .arg("--content")
             .arg(content_dir())
             .args(args)
@@ -391,6 +386,16 @@ where
 /// pooling mode (`db_pooler = transaction`), in a module `through_pgbouncer`.
 #[macro_export]
 macro_rules! through_pgbouncer {
+    (settings = $adjust:ident; $($name:ident),* $(,)?) => {
+        mod through_pgbouncer {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::helpers::run_on($crate::helpers::Backend::Postgres, true, super::$adjust, super::$name).await
+                }
+            )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod through_pgbouncer {
             $(

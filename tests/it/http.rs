@@ -108,6 +108,7 @@ both_stores!(
     bad_session_input_gets_a_stable_code_and_changes_nothing,
     the_cli_creates_learners_and_prints_events_as_json_lines,
 );
+crate::through_pgbouncer!(the_cli_creates_learners_and_prints_events_as_json_lines);
 
 /// With PostgreSQL several instances must share the capability keys: no keys, no start.
 #[tokio::test]

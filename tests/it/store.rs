@@ -386,6 +386,11 @@ both_stores!(
     starting_a_session_never_changes_the_state_version,
     concurrent_first_sessions_create_one_started_journey,
 );
+crate::through_pgbouncer!(
+    a_deleted_tail_is_found_by_audit_verify_and_replay_refuses_to_swap_it_live,
+    a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_receipt,
+    a_cached_journey_equals_the_full_fold_after_another_process_wrote_and_the_cache_is_bounded,
+);
 
 mod extra {
     //! Context equality after a mutation (R-7a) and reading old event versions (R-6c).
