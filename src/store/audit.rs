@@ -55,14 +55,21 @@ pub struct AuditRun {
     pub broken_at: Option<String>,
 }
 
+/// The columns of an audit row, in the order `insert_audit_rows!` binds them.
+macro_rules! audit_columns {
+    () => {
+        "call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms"
+    };
+}
+
 /// One multi-row insert of audit rows (never empty), dropping a second exit of a call (a late
 /// handler after the dispatcher's) by the unique index; a macro because the builder is typed
-/// by the backend.
+/// by the backend. With a head and a tail, the rows are the `VALUES` list between them.
 macro_rules! insert_audit_rows {
     ($rows:expr) => {
-        insert_audit_rows!(
+        $crate::store::audit::insert_audit_rows!(
             $rows,
-            "INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms) ",
+            concat!("INSERT INTO tool_calls (", $crate::store::audit::audit_columns!(), ") "),
             ""
         )
     };
@@ -88,11 +95,13 @@ macro_rules! insert_audit_rows {
 /// The audit rows of `write_audit` on PostgreSQL as one statement: its own transaction does not
 /// wait for its flush (`set_config(…, true)` is the statement's `SET LOCAL`; the function is
 /// volatile, so the CTE is evaluated, once, as the join's one row).
-const PG_RELAXED_AUDIT_HEAD: &str = "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)) \
-     INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms) \
-     SELECT v.* FROM relaxed, (";
-const PG_RELAXED_AUDIT_TAIL: &str = ") AS v (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)";
-pub(crate) use insert_audit_rows;
+const PG_RELAXED_AUDIT_HEAD: &str = concat!(
+    "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)) INSERT INTO tool_calls (",
+    audit_columns!(),
+    ") SELECT v.* FROM relaxed, ("
+);
+const PG_RELAXED_AUDIT_TAIL: &str = concat!(") AS v (", audit_columns!(), ")");
+pub(crate) use {audit_columns, insert_audit_rows};
 
 impl Store {
     /// The most recent audit rows (at most `limit`), oldest first, for the quota reconciliation.

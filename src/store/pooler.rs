@@ -54,8 +54,10 @@ impl<'q, E: Execute<'q, Postgres>> Execute<'q, Postgres> for Unnamed<E> {
     }
 }
 
-fn unsupported() -> sqlx::Error {
-    sqlx::Error::Protocol("a prepared statement cannot outlive its transaction behind a transaction pooler".into())
+/// The answer to `prepare`/`describe`: a statement prepared by name would stay on a server
+/// connection the pooler hands to other clients.
+fn unsupported<'e, T: 'e>() -> BoxFuture<'e, Result<T, sqlx::Error>> {
+    Box::pin(async { Err(sqlx::Error::Protocol("a prepared statement cannot outlive its transaction behind a transaction pooler".into())) })
 }
 
 /// The pool, used as an executor that runs each statement in a transaction of its own.
@@ -116,14 +118,14 @@ impl<'p> Executor<'p> for &'p TxPool {
     where
         'p: 'e,
     {
-        Box::pin(async { Err(unsupported()) })
+        unsupported()
     }
 
     fn describe<'e, 'q: 'e>(self, _sql: &'q str) -> BoxFuture<'e, Result<Describe<Postgres>, sqlx::Error>>
     where
         'p: 'e,
     {
-        Box::pin(async { Err(unsupported()) })
+        unsupported()
     }
 }
 
@@ -182,13 +184,13 @@ impl<'c> Executor<'c> for &'c mut TxConn {
     where
         'c: 'e,
     {
-        Box::pin(async { Err(unsupported()) })
+        unsupported()
     }
 
     fn describe<'e, 'q: 'e>(self, _sql: &'q str) -> BoxFuture<'e, Result<Describe<Postgres>, sqlx::Error>>
     where
         'c: 'e,
     {
-        Box::pin(async { Err(unsupported()) })
+        unsupported()
     }
 }
