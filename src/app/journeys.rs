@@ -6,6 +6,7 @@
 //! and the chain ride in each event's metadata.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use aggregates::curriculum::Pack;
 use aggregates::learning_journey::{JourneyCommand, JourneyEvent, JourneyServices, LearningJourney, EVENT_VERSION};
@@ -98,7 +99,16 @@ pub struct Loaded {
     pub last_hash: String,
     /// The version the newest snapshot reflected (0 without).
     pub snapshot_version: u64,
+    /// Until when this process treats the journey as written by others too: set when a load
+    /// found events after the state this process last saw of it (another instance, or an
+    /// operator's process, wrote them). Until then a write validates the cached state first.
+    pub shared_until: Option<Instant>,
 }
+
+/// How long a journey another writer touched is validated before every write (ADR 0009): long
+/// enough that a journey coached through several instances at once keeps paying one read rather
+/// than a refused commit and a retry, short enough that a one-off write elsewhere is forgotten.
+pub const SHARED_FOR: Duration = Duration::from_secs(300);
 
 /// What a command did.
 #[derive(Clone, Debug)]
@@ -143,26 +153,40 @@ impl App {
     /// Loads a journey: from the state this process last saw of it, else from its snapshot,
     /// and in both cases the events after that (so writes by other processes are seen).
     pub async fn load_journey(&self, journey_id: &str) -> Result<Loaded, AppError> {
-        let start = match self.journeys.get(&journey_id.to_owned()) {
-            Some(cached) => cached,
-            None => self.load_from_snapshot(journey_id).await?,
+        let (start, from_cache) = match self.journeys.get(&journey_id.to_owned()) {
+            Some(cached) => (cached, true),
+            None => (self.load_from_snapshot(journey_id).await?, false),
         };
-        let Loaded { mut state, mut last_hash, snapshot_version } = start;
-        for stored in self.store.events_after(journey_id, state.version).await? {
+        let Loaded { mut state, mut last_hash, snapshot_version, mut shared_until } = start;
+        let tail = self.store.events_after(journey_id, state.version).await?;
+        // This process puts every commit of its own into the cache, so events after a cached
+        // state were written by another process (or by a concurrent call here, a harmless
+        // false alarm): writes validate this journey for a while.
+        if from_cache && !tail.is_empty() {
+            shared_until = Some(Instant::now() + SHARED_FOR);
+        }
+        for stored in tail {
             Arc::make_mut(&mut state).apply(decode_event(&stored)?);
             last_hash = chain_of(&stored);
         }
-        let loaded = Loaded { state, last_hash, snapshot_version };
+        let loaded = Loaded { state, last_hash, snapshot_version, shared_until };
         self.journeys.put(journey_id.to_owned(), loaded.clone());
         Ok(loaded)
     }
 
+    /// This process's last state of a journey, unread, for a write to decide on (ADR 0009): the
+    /// commit's sequence numbers refuse it should the log have moved on. `None` when the journey
+    /// is not cached or was written by another process lately.
+    pub fn cached_for_write(&self, journey_id: &str) -> Option<Loaded> {
+        self.journeys.get(&journey_id.to_owned()).filter(|l| l.shared_until.is_none_or(|until| Instant::now() >= until))
+    }
+
     async fn load_from_snapshot(&self, journey_id: &str) -> Result<Loaded, AppError> {
-        let empty = || Loaded { state: Arc::default(), last_hash: GENESIS.to_owned(), snapshot_version: 0 };
+        let empty = || Loaded { state: Arc::default(), last_hash: GENESIS.to_owned(), snapshot_version: 0, shared_until: None };
         Ok(match self.store.snapshot(journey_id).await? {
             Some(s) => match serde_json::from_value::<LearningJourney>(s.state) {
                 Ok(state) if state.version == s.version => {
-                    Loaded { state: Arc::new(state), last_hash: s.chain_hash, snapshot_version: s.version }
+                    Loaded { state: Arc::new(state), last_hash: s.chain_hash, snapshot_version: s.version, shared_until: None }
                 }
                 Ok(_) => {
                     tracing::warn!(journey_id, "ignoring a snapshot whose state disagrees with its version");
@@ -207,14 +231,17 @@ impl App {
 
     /// Runs a command. `start_pack` is the pack a `StartJourney` starts on.
     pub async fn execute(&self, request: CommandRequest, start_pack: Option<Arc<Pack>>) -> Result<Executed, AppError> {
-        self.execute_measured(request, start_pack, None).await
+        self.execute_measured(request, start_pack, None, true).await
     }
 
-    /// Runs a command on the journey as the caller loaded it moments ago (a tool call's session
-    /// check), saving a second read; should it be stale, the append's version check refuses
-    /// the commit exactly as it would a concurrent writer's.
-    pub async fn execute_seen(&self, request: CommandRequest, seen: Loaded) -> Result<Executed, AppError> {
-        self.execute_measured(request, None, Some(seen)).await
+    /// Runs a command on the journey as the caller has it (a tool call's session check), saving
+    /// a second read; should it be stale, the append's sequence numbers refuse the commit
+    /// exactly as they would a concurrent writer's. `validated`: the caller read the state
+    /// against the log; a lost race is then decided once more here. An unread state (ADR 0009)
+    /// answers a lost race with `STATE_CONFLICT`, so the caller checks its own input (an option
+    /// token, a capability) against the log's state before deciding again.
+    pub async fn execute_seen(&self, request: CommandRequest, seen: Loaded, validated: bool) -> Result<Executed, AppError> {
+        self.execute_measured(request, None, Some(seen), validated).await
     }
 
     async fn execute_measured(
@@ -222,13 +249,14 @@ impl App {
         request: CommandRequest,
         start_pack: Option<Arc<Pack>>,
         seen: Option<Loaded>,
+        retry_lost_race: bool,
     ) -> Result<Executed, AppError> {
         let started = std::time::Instant::now();
         let name = request.command.name();
         let result = match self.execute_inner(request.clone(), start_pack.clone(), seen).await {
             // A command without a version the caller saw (a start, say) that lost a race decides
             // once more on the fresh state: a start then finds the batch the winner opened.
-            Err(AppError::StateConflict { .. }) if request.expected_version.is_none() => {
+            Err(AppError::StateConflict { .. }) if request.expected_version.is_none() && retry_lost_race => {
                 self.execute_inner(request, start_pack, None).await
             }
             other => other,
@@ -309,7 +337,10 @@ impl App {
             }
             Err(other) => return Err(other.into()),
         }
-        self.journeys.put(request.journey_id.clone(), Loaded { state: state.clone(), last_hash, snapshot_version });
+        self.journeys.put(
+            request.journey_id.clone(),
+            Loaded { state: state.clone(), last_hash, snapshot_version, shared_until: loaded.shared_until },
+        );
         Ok(Executed { state, committed, replayed: false, pack })
     }
 

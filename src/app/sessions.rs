@@ -52,6 +52,9 @@ pub struct ActiveSession {
     pub pack: Arc<Pack>,
     /// The journey as loaded now.
     pub loaded: Loaded,
+    /// Whether `loaded` was read against the log; `false` when a write took this process's
+    /// cached state unread ([`App::cached_for_write`]).
+    pub validated: bool,
     /// A freshly sealed `learningSessionId` for it.
     pub token: String,
 }
@@ -133,12 +136,13 @@ impl App {
     pub async fn gate(&self, principal: &Principal) -> Result<ActiveSession, AppError> {
         let learner_id = principal.learner_id.as_deref().ok_or(AppError::Forbidden)?;
         let row = self.store.latest_session(learner_id).await?.ok_or(AppError::SessionRequired)?;
-        self.active(row).await
+        self.active(row, false).await
     }
 
     /// Resolves a `learningSessionId` for its owner: another learner's id is invalid and
-    /// reveals nothing; an expired one is expired.
-    pub async fn resolve_session(&self, principal: &Principal, token: &str) -> Result<ActiveSession, AppError> {
+    /// reveals nothing; an expired one is expired. `for_write`: a write may take this process's
+    /// cached journey unread (ADR 0009); a read always reads the log's tail.
+    pub async fn resolve_session(&self, principal: &Principal, token: &str, for_write: bool) -> Result<ActiveSession, AppError> {
         let claims = self.keys.open_session(token)?;
         let row = match self.sessions.get(&claims.sid) {
             Some(row) => row,
@@ -151,13 +155,22 @@ impl App {
         if principal.learner_id.as_deref() != Some(row.learner_id.as_str()) {
             return Err(AppError::SessionInvalid);
         }
-        self.active(row).await
+        self.active(row, for_write).await
     }
 
-    async fn active(&self, row: SessionRow) -> Result<ActiveSession, AppError> {
-        let loaded = self.load_journey(&row.journey_id).await?;
-        let expires_at = self.session_expiry(&row, loaded.state.last_event_at);
+    async fn active(&self, row: SessionRow, for_write: bool) -> Result<ActiveSession, AppError> {
+        let (mut loaded, mut validated) = match for_write.then(|| self.cached_for_write(&row.journey_id)).flatten() {
+            Some(cached) => (cached, false),
+            None => (self.load_journey(&row.journey_id).await?, true),
+        };
         let now = self.clock.now();
+        // An unread state can only be older than the log, so its last event is no later and the
+        // session it computes expires no later: only "expired" needs the log's word.
+        if !validated && now >= self.session_expiry(&row, loaded.state.last_event_at) {
+            loaded = self.load_journey(&row.journey_id).await?;
+            validated = true;
+        }
+        let expires_at = self.session_expiry(&row, loaded.state.last_event_at);
         if now >= expires_at {
             return Err(AppError::SessionExpired);
         }
@@ -167,7 +180,7 @@ impl App {
         let token = self
             .keys
             .seal_session(&SessionClaims { sid: row.session_id.clone(), exp: (started + self.settings.session_absolute).timestamp() });
-        Ok(ActiveSession { row, tz, pack, loaded, token })
+        Ok(ActiveSession { row, tz, pack, loaded, validated, token })
     }
 
     /// When a session expires: idle time counts from the later of its start and the journey's

@@ -861,6 +861,86 @@ async fn identical_first_session_starts_begin_one_journey(t: Arc<TestApp>) {
     assert_eq!(journeys.len(), 1, "one journey");
 }
 
+/// A command of `other` on a journey: switching autopilot over, which any begun journey allows.
+async fn switch_autopilot_elsewhere(other: &skillpilot::app::App, journey_id: &str) {
+    let on = !other.load_journey(journey_id).await.unwrap().state.autopilot;
+    use aggregates::learning_journey::{JourneyCommand, OptionChoice};
+    use skillpilot::app::journeys::{Actor, CommandRequest};
+    let request = CommandRequest {
+        journey_id: journey_id.to_owned(),
+        command: JourneyCommand::ChooseOption { choice: OptionChoice::Autopilot { autopilot: on } },
+        expected_version: None,
+        identity: None,
+        tool: "test",
+        actor: Actor::Learner,
+        call: None,
+    };
+    other.execute(request, None).await.unwrap();
+}
+
+async fn journey_of(t: &TestApp, c: &Coach) -> String {
+    t.app.gate(&t.principal(&c.token).await).await.unwrap().row.journey_id
+}
+
+/// ADR 0009: a write decides on this instance's cached journey without reading the log first.
+/// When another instance has moved the journey on, the caller still gets what the log's state
+/// decides — never a refusal or an expiry that only the stale copy would give, never an option
+/// the log's state no longer offers.
+async fn a_write_is_decided_on_the_logs_state_when_another_instance_moved_the_journey_past_this_ones_cache(t: Arc<TestApp>) {
+    let other = t.another_process().await;
+
+    // The caller saw the other instance's state: the version it expects is newer than the copy here.
+    let c = coach(&t).await;
+    let journey = journey_of(&t, &c).await;
+    let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    switch_autopilot_elsewhere(&other, &journey).await;
+    switch_autopilot_elsewhere(&other, &journey).await;
+    let seen = other.load_journey(&journey).await.unwrap().state.version;
+    assert_eq!(seen, v + 2);
+    let (err, done) = c
+        .call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": seen, "clientRequestId": "e1b2c3d4-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}}))
+        .await;
+    assert!(!err, "decided on the log's state, not on this instance's older copy: {done}");
+    let now = c.ctx(&t).await;
+    assert_eq!(done["stateVersion"], now["stateVersion"], "the result is the committed state: {done}");
+    assert!(now["stateVersion"].as_u64().unwrap() > seen);
+    // Having seen another writer, this instance reads the log before each write on the journey.
+    assert!(t.app.cached_for_write(&journey).is_none(), "a journey written elsewhere is validated before writes");
+    // And a caller whose version is behind the log's is refused with the log's facts.
+    switch_autopilot_elsewhere(&other, &journey).await;
+    let head = other.load_journey(&journey).await.unwrap().state.version;
+    let stale = c
+        .call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": now["stateVersion"], "clientRequestId": "e2b2c3d4-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}}))
+        .await;
+    assert!(stale.0, "{}", stale.1);
+    assert_eq!(stale.1["error"]["code"], "STATE_CONFLICT", "{}", stale.1);
+    assert_eq!(stale.1["error"]["evidence"]["stateVersion"], head, "{}", stale.1);
+
+    // An option issued on the copy here and overtaken elsewhere is stale, as on the log.
+    let b = coach(&t).await;
+    let journey_b = journey_of(&t, &b).await;
+    let ctx = b.ctx(&t).await;
+    assert!(t.app.cached_for_write(&journey_b).is_some(), "an unshared journey is written on the cached copy");
+    let token = ctx["settings"]["options"][1]["payload"]["optionToken"].as_str().unwrap().to_owned();
+    switch_autopilot_elsewhere(&other, &journey_b).await;
+    refused(&t, &b, "choose_skillpilot_option", json!({"option": {"optionToken": token}}), "OPTION_INVALID").await;
+
+    // A session the copy here would call idle is active by the log: another instance wrote lately.
+    let e = coach(&t).await;
+    let journey_e = journey_of(&t, &e).await;
+    let at = e.ctx(&t).await;
+    t.clock.advance(chrono::Duration::hours(11));
+    switch_autopilot_elsewhere(&other, &journey_e).await;
+    t.clock.advance(chrono::Duration::hours(2));
+    let (err, done) = e
+        .call(&t, "complete_skillpilot_goal", json!({"expectedStateVersion": at["stateVersion"].as_u64().unwrap() + 1, "clientRequestId": "e3b2c3d4-1e4b-4b1a-9a57-6f3c1d2e3f40", "decision": {"evidence": "guided", "consent": "closeOnly"}}))
+        .await;
+    assert!(!err, "the session is active by the log's last event: {done}");
+
+    assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
+    other.store.close().await;
+}
+
 both_stores!(
     a_focus_chosen_by_the_learner_limits_the_journey_and_shows_in_context_and_on_progress,
     identical_first_session_starts_begin_one_journey,
@@ -884,6 +964,7 @@ both_stores!(
     the_exam_refuses_early_starts_and_out_of_range_points,
     the_first_goals_picture_follows_the_wish_to_begin_and_only_issued_pairs_render,
     every_tool_writes_its_own_started_and_one_exit,
+    a_write_is_decided_on_the_logs_state_when_another_instance_moved_the_journey_past_this_ones_cache,
 );
 
 /// A handler stuck behind a database lock: the dispatcher answers `INTERNAL` after the timeout

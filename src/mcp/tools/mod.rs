@@ -19,6 +19,7 @@ mod start;
 mod start_exam;
 mod start_recall;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use aggregates::learning_journey::{JourneyCommand, LearningJourney};
@@ -268,6 +269,9 @@ pub(crate) struct Call<'a> {
     tool: Tool,
     /// The call's audit identity: a command's commit carries its `started` and exit rows.
     audit: Option<CallAudit>,
+    /// Whether the call's command committed (or found its original commit): its outcome is
+    /// then settled by the log, whatever state it was decided on.
+    settled: AtomicBool,
 }
 
 impl Call<'_> {
@@ -298,7 +302,11 @@ impl Call<'_> {
 
     /// Runs a command on the journey as the session check loaded it.
     async fn execute(&self, request: CommandRequest) -> Result<Executed, AppError> {
-        self.app.execute_seen(request, self.session.loaded.clone()).await
+        let executed = self.app.execute_seen(request, self.session.loaded.clone(), self.session.validated).await?;
+        if executed.replayed || !executed.committed.is_empty() {
+            self.settled.store(true, Ordering::Relaxed);
+        }
+        Ok(executed)
     }
 
     /// The full context of a state, with tokens sealed for this session.
@@ -346,10 +354,10 @@ fn decided_by_state(err: &AppError) -> bool {
 }
 
 /// Resolves the session for a tool that requires the id.
-async fn session_of(app: &App, principal: &Principal, args: &Value) -> Result<ActiveSession, AppError> {
+async fn session_of(app: &App, principal: &Principal, args: &Value, for_write: bool) -> Result<ActiveSession, AppError> {
     match args.get("learningSessionId") {
         None | Some(Value::Null) => Err(AppError::SessionRequired),
-        Some(Value::String(token)) => app.resolve_session(principal, token).await,
+        Some(Value::String(token)) => app.resolve_session(principal, token, for_write).await,
         Some(_) => Err(AppError::SessionInvalid),
     }
 }
@@ -358,6 +366,11 @@ async fn session_of(app: &App, principal: &Principal, args: &Value) -> Result<Ac
 /// loader without an id), then the strict validator, then the tool's handler.
 /// `audit` is the call's audit identity: a commit the call makes carries its `started` and
 /// `completed` rows ([`ToolOutput::events_appended`] > 0 says they are written).
+///
+/// A write first decides on this process's cached journey without reading the log (ADR 0009):
+/// a commit on it proves it current (the commit's sequence numbers are taken otherwise); any
+/// other outcome — a refusal, a no-op — stands only if the log's tail agrees, else the call runs
+/// once more on the state read from the log.
 pub async fn dispatch(
     app: &Arc<App>,
     principal: &Principal,
@@ -365,25 +378,61 @@ pub async fn dispatch(
     args: Value,
     audit: Option<CallAudit>,
 ) -> Result<ToolOutput, Failure> {
+    if tool.def().meta.kind == Kind::Write {
+        if let Some(outcome) = dispatch_once(app, principal, tool, args.clone(), audit.clone(), true).await {
+            return outcome;
+        }
+    }
+    dispatch_once(app, principal, tool, args, audit, false).await.unwrap_or_else(|| {
+        tracing::error!(tool = tool.name(), "a call on a validated journey asked to be run again");
+        Err(Failure { error: AppError::Internal, locale: app.settings.default_locale.clone(), journey_id: None, fresh: None })
+    })
+}
+
+/// One run of a call; `None` when it decided on a cached state the log has since moved past
+/// without committing anything (only possible with `cached`).
+async fn dispatch_once(
+    app: &Arc<App>,
+    principal: &Principal,
+    tool: Tool,
+    args: Value,
+    audit: Option<CallAudit>,
+    cached: bool,
+) -> Option<Result<ToolOutput, Failure>> {
     let fail =
         |error: AppError, locale: &str, journey_id: Option<String>| Failure { error, locale: locale.to_owned(), journey_id, fresh: None };
     let session = if tool == Tool::LearningContext && args.get("learningSessionId").is_none() {
         app.gate(principal).await
     } else {
-        session_of(app, principal, &args).await
-    }
-    .map_err(|e| fail(e, &app.settings.default_locale, None))?;
+        session_of(app, principal, &args, cached).await
+    };
+    let session = match session {
+        Ok(session) => session,
+        Err(e) => return Some(Err(fail(e, &app.settings.default_locale, None))),
+    };
     let locale = session.loaded.state.locale.clone();
     let journey = Some(session.row.journey_id.clone());
-    validate(&args, &tool.def().input).map_err(|e| fail(e, &locale, journey.clone()))?;
-    let call = Call { app, session: &session, tool, audit };
-    let outcome = match tool.handle(&call, args).await {
+    if let Err(e) = validate(&args, &tool.def().input) {
+        return Some(Err(fail(e, &locale, journey)));
+    }
+    let call = Call { app, session: &session, tool, audit, settled: AtomicBool::new(false) };
+    let handled = tool.handle(&call, args).await;
+    if !session.validated && !call.settled.load(Ordering::Relaxed) {
+        // Decided on an unread state and committed nothing: that outcome holds only if the log
+        // is where the state was (a read error leaves the outcome as it is).
+        if let Ok(now) = app.load_journey(&session.row.journey_id).await {
+            if now.state.version != session.loaded.state.version {
+                return None;
+            }
+        }
+    }
+    let outcome = match handled {
         // A write that cannot proceed without the learner's decision: the current decision
         // point, unchanged, as a clarification (docs/tool-contract.md, errors) rather than a rejection.
         Err(AppError::NotAllowed) if tool.def().meta.kind == Kind::Write => result::clarification(&call).await,
         other => other,
     };
-    match outcome {
+    Some(match outcome {
         Ok(output) => Ok(output),
         Err(error) if decided_by_state(&error) => {
             // The facts as they are now (a refusal may follow another writer's commit).
@@ -395,7 +444,7 @@ pub async fn dispatch(
             Err(Failure { error, locale, journey_id: journey, fresh })
         }
         Err(error) => Err(fail(error, &locale, journey)),
-    }
+    })
 }
 
 /// Where a refusal leaves the coach: the instruction and the one action of the current state,
