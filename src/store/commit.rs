@@ -1,15 +1,17 @@
 //! A command's commit: its events (which carry the idempotency record and the chain link in
-//! their metadata), the full-context view row of the state they reach, a snapshot when one is
-//! due, and the tool call's audit rows — one transaction, one flush (ADR 0006). On PostgreSQL
-//! it is one statement (data-modifying CTEs over one JSON parameter): one round trip, and
+//! their metadata), its request id's key (ADR 0010), the full-context view row of the state they
+//! reach, a snapshot when one is due, and the tool call's audit rows — one transaction, one
+//! flush (ADR 0006). On PostgreSQL it is one statement (data-modifying CTEs over typed
+//! parameters, arrays for the rows): one round trip, and
 //! concurrent commands share flushes through the server's group commit. On SQLite the writer
 //! task hands a batch of concurrent commits to [`Store::commit_batch`], one transaction with a
 //! savepoint per command, so one failure rejects only its own command.
 //!
 //! The event rows keep the shape the store crates write and read (`get_last_events` still reads
-//! them); a sequence number another writer took first is [`StoreError::Conflict`].
+//! them); a sequence number another writer took first, or a request id the stream already
+//! holds, is [`StoreError::Conflict`].
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::audit::insert_audit_rows;
 use super::{i64_of, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
@@ -31,42 +33,38 @@ pub struct Commit {
 }
 
 const PG_COMMIT: &str = "
-WITH ev AS (
+WITH request AS (
+    INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence)
+    SELECT CAST($1 AS text), CAST($2 AS text), CAST($3 AS text), CAST($4 AS bigint), CAST($5 AS bigint)
+    WHERE CAST($3 AS text) IS NOT NULL
+), ev AS (
     INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
-    SELECT e.aggregate_type, e.aggregate_id, e.sequence, e.event_type, e.event_version, e.payload, e.metadata
-    FROM json_to_recordset(CAST($1 AS json) -> 'events')
-        AS e(aggregate_type text, aggregate_id text, sequence bigint, event_type text, event_version text, payload json, metadata json)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM events x
-        WHERE x.aggregate_type = e.aggregate_type AND x.aggregate_id = e.aggregate_id
-          AND (x.metadata ->> 'requestId') = CAST($1 AS json) ->> 'request_id')
+    SELECT CAST($1 AS text), CAST($2 AS text), e.sequence, e.event_type, e.event_version, CAST(e.payload AS json), CAST(e.metadata AS json)
+    FROM unnest(CAST($6 AS bigint[]), CAST($7 AS text[]), CAST($8 AS text[]), CAST($9 AS text[]), CAST($10 AS text[]))
+        AS e(sequence, event_type, event_version, payload, metadata)
     RETURNING 1
 ), view_row AS (
     INSERT INTO journey_context_view (view_id, version, payload)
-    SELECT v.view_id, v.version, CAST(v.payload AS text)
-    FROM json_to_recordset(CAST($1 AS json) -> 'view') AS v(view_id text, version bigint, payload json)
-    WHERE EXISTS (SELECT 1 FROM ev)
+    SELECT CAST($11 AS text), CAST($12 AS bigint), CAST($13 AS text)
+    WHERE CAST($11 AS text) IS NOT NULL
     ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
     WHERE journey_context_view.version < excluded.version
 ), snapshot_row AS (
     INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state)
-    SELECT s.journey_id, s.schema, s.version, s.chain_hash, CAST(s.state AS text)
-    FROM json_to_recordset(CAST($1 AS json) -> 'snapshot') AS s(journey_id text, schema bigint, version bigint, chain_hash text, state json)
-    WHERE EXISTS (SELECT 1 FROM ev)
+    SELECT CAST($14 AS text), CAST($15 AS bigint), CAST($16 AS bigint), CAST($17 AS text), CAST($18 AS text)
+    WHERE CAST($14 AS text) IS NOT NULL
     ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
     WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema
 ), audit_rows AS (
     INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
-    SELECT a.call_id, a.phase, a.writer, a.tool, a.journey_id, a.code, a.events_appended, a.duration_ms, a.at_ms
-    FROM json_to_recordset(CAST($1 AS json) -> 'audit')
-        AS a(call_id text, phase text, writer text, tool text, journey_id text, code text, events_appended bigint, duration_ms bigint, at_ms bigint)
-    WHERE EXISTS (SELECT 1 FROM ev)
+    SELECT * FROM unnest(CAST($19 AS text[]), CAST($20 AS text[]), CAST($21 AS text[]), CAST($22 AS text[]), CAST($23 AS text[]),
+        CAST($24 AS text[]), CAST($25 AS bigint[]), CAST($26 AS bigint[]), CAST($27 AS bigint[]))
     ON CONFLICT DO NOTHING
 )
 SELECT COUNT(*) AS appended FROM ev";
 
-const SQLITE_HOLDS_REQUEST: &str =
-    "SELECT 1 FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND (metadata ->> 'requestId') = $3 LIMIT 1";
+const SQLITE_REQUEST: &str =
+    "INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence) VALUES ($1, $2, $3, $4, $5)";
 const SQLITE_EVENT: &str = "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 const VIEW_UPSERT: &str = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
      ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
@@ -88,36 +86,63 @@ fn commit_error(err: sqlx::Error) -> StoreError {
     }
 }
 
-/// The audit row as the JSON the PostgreSQL statement reads.
-fn audit_json(a: &ToolCallRow) -> Value {
-    json!({
-        "call_id": a.call_id, "phase": a.phase, "writer": a.writer, "tool": a.tool, "journey_id": a.journey_id,
-        "code": a.code, "events_appended": a.events_appended, "duration_ms": a.duration_ms, "at_ms": a.at_ms,
-    })
+/// The stream a commit's events belong to and their sequence range; every event of a commit
+/// is on one stream.
+fn stream_of(commit: &Commit) -> Result<(&str, &str, i64, i64), StoreError> {
+    let (Some(first), Some(last)) = (commit.events.first(), commit.events.last()) else {
+        return Err(StoreError::Database("a commit without events".into()));
+    };
+    if commit.events.iter().any(|e| e.aggregate_type != first.aggregate_type || e.aggregate_id != first.aggregate_id) {
+        return Err(StoreError::Database("a commit's events span streams".into()));
+    }
+    Ok((&first.aggregate_type, &first.aggregate_id, i64_of(first.sequence as u64), i64_of(last.sequence as u64)))
 }
 
 impl Store {
-    /// Commits one command on PostgreSQL: one statement, one transaction, one flush.
+    /// Commits one command on PostgreSQL: one statement, one transaction, one flush. Every
+    /// value is its own typed parameter (arrays for the rows), so nothing is parsed twice and
+    /// the plan has no lookup for the planner to get wrong.
     pub(crate) async fn commit_pg(&self, commit: &Commit) -> Result<(), StoreError> {
         let Self::Postgres(s) = self else { return Err(StoreError::Database("commit_pg on a SQLite store".into())) };
-        let body = json!({
-            "request_id": commit.request_id,
-            "events": commit.events.iter().map(|e| json!({
-                "aggregate_type": e.aggregate_type, "aggregate_id": e.aggregate_id, "sequence": e.sequence,
-                "event_type": e.event_type, "event_version": e.event_version, "payload": e.payload, "metadata": e.metadata,
-            })).collect::<Vec<_>>(),
-            "view": commit.view.iter().map(|(id, version, payload)| json!({"view_id": id, "version": version, "payload": payload})).collect::<Vec<_>>(),
-            "snapshot": commit.snapshot.iter().map(|(id, snap)| json!({
-                "journey_id": id, "schema": SNAPSHOT_SCHEMA, "version": snap.version, "chain_hash": snap.chain_hash, "state": snap.state,
-            })).collect::<Vec<_>>(),
-            "audit": commit.audit.iter().map(audit_json).collect::<Vec<_>>(),
-        });
-        let body = body.to_string();
-        let row = super::on_pg!(s, pool => sqlx::query(PG_COMMIT).bind(&body).fetch_one(pool).await).map_err(commit_error)?;
+        let (aggregate_type, aggregate_id, first, last) = stream_of(commit)?;
+        let events = &commit.events;
+        let view = commit.view.as_ref();
+        let snapshot = commit.snapshot.as_ref();
+        let audit = &commit.audit;
+        let query = sqlx::query(PG_COMMIT)
+            .bind(aggregate_type)
+            .bind(aggregate_id)
+            .bind(commit.request_id.as_deref())
+            .bind(first)
+            .bind(last)
+            .bind(events.iter().map(|e| i64_of(e.sequence as u64)).collect::<Vec<_>>())
+            .bind(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
+            .bind(events.iter().map(|e| e.event_version.as_str()).collect::<Vec<_>>())
+            .bind(events.iter().map(|e| e.payload.to_string()).collect::<Vec<_>>())
+            .bind(events.iter().map(|e| e.metadata.to_string()).collect::<Vec<_>>())
+            .bind(view.map(|(id, _, _)| id.as_str()))
+            .bind(view.map(|(_, version, _)| i64_of(*version)))
+            .bind(view.map(|(_, _, payload)| payload.to_string()))
+            .bind(snapshot.map(|(id, _)| id.as_str()))
+            .bind(snapshot.map(|_| SNAPSHOT_SCHEMA))
+            .bind(snapshot.map(|(_, snap)| i64_of(snap.version)))
+            .bind(snapshot.map(|(_, snap)| snap.chain_hash.as_str()))
+            .bind(snapshot.map(|(_, snap)| snap.state.to_string()))
+            .bind(audit.iter().map(|a| a.call_id.as_str()).collect::<Vec<_>>())
+            .bind(audit.iter().map(|a| a.phase).collect::<Vec<_>>())
+            .bind(audit.iter().map(|a| a.writer).collect::<Vec<_>>())
+            .bind(audit.iter().map(|a| a.tool.as_str()).collect::<Vec<_>>())
+            .bind(audit.iter().map(|a| a.journey_id.as_deref()).collect::<Vec<_>>())
+            .bind(audit.iter().map(|a| a.code).collect::<Vec<_>>())
+            .bind(audit.iter().map(|a| a.events_appended).collect::<Vec<_>>())
+            .bind(audit.iter().map(|a| a.duration_ms).collect::<Vec<_>>())
+            .bind(audit.iter().map(|a| a.at_ms).collect::<Vec<_>>());
+        // A request id the stream holds (the idempotency key) or a sequence number another
+        // writer took is a taken key: the whole statement is refused.
+        let row = super::on_pg!(s, pool => query.fetch_one(pool).await).map_err(commit_error)?;
         let appended: i64 = sqlx::Row::try_get(&row, "appended")?;
-        // Nothing inserted: the stream already holds the request id.
-        if appended == 0 {
-            return Err(StoreError::Conflict);
+        if usize::try_from(appended).ok() != Some(events.len()) {
+            return Err(StoreError::Database(format!("a commit stored {appended} of {} events", events.len())));
         }
         Ok(())
     }
@@ -128,25 +153,31 @@ impl Store {
     /// Returns each command's outcome; `Err` when the transaction itself failed.
     pub(crate) async fn commit_batch(&self, commits: &[&Commit], rows: &[ToolCallRow]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let Self::Sqlite(s) = self else { return Err(StoreError::Database("commit_batch on a PostgreSQL store".into())) };
-        // The write turn, as every SQLite write takes it: without it a projector or identity write
-        // can commit between this transaction's first read (the request-id guard) and its first
-        // insert, and SQLite refuses the upgrade at once (SQLITE_BUSY_SNAPSHOT) instead of waiting.
+        // The write turn, as every SQLite write takes it: two writers' transactions are never
+        // interleaved, so a deferred transaction is not refused its upgrade (SQLITE_BUSY).
         let _turn = s.writer.lock().await;
         let mut tx = s.pool.begin().await?;
         let mut outcomes = Vec::with_capacity(commits.len());
         for commit in commits {
+            let (aggregate_type, aggregate_id, first, last) = match stream_of(commit) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    outcomes.push(Err(e));
+                    continue;
+                }
+            };
             let mut savepoint = sqlx::Connection::begin(&mut *tx).await?;
-            let written: Result<bool, sqlx::Error> = async {
-                if let (Some(request_id), Some(first)) = (&commit.request_id, commit.events.first()) {
-                    let held = sqlx::query(SQLITE_HOLDS_REQUEST)
-                        .bind(&first.aggregate_type)
-                        .bind(&first.aggregate_id)
+            let written: Result<(), sqlx::Error> = async {
+                if let Some(request_id) = &commit.request_id {
+                    // A request id the stream holds is refused by the key (a taken key).
+                    sqlx::query(SQLITE_REQUEST)
+                        .bind(aggregate_type)
+                        .bind(aggregate_id)
                         .bind(request_id)
-                        .fetch_optional(&mut *savepoint)
+                        .bind(first)
+                        .bind(last)
+                        .execute(&mut *savepoint)
                         .await?;
-                    if held.is_some() {
-                        return Ok(false);
-                    }
                 }
                 for e in &commit.events {
                     sqlx::query(SQLITE_EVENT)
@@ -176,18 +207,13 @@ impl Store {
                 if !commit.audit.is_empty() {
                     insert_audit_rows!(&commit.audit).build().execute(&mut *savepoint).await?;
                 }
-                Ok(true)
+                Ok(())
             }
             .await;
             match written {
-                Ok(true) => {
+                Ok(()) => {
                     savepoint.commit().await?;
                     outcomes.push(Ok(()));
-                }
-                // The stream already holds the request id: nothing written.
-                Ok(false) => {
-                    savepoint.rollback().await?;
-                    outcomes.push(Err(StoreError::Conflict));
                 }
                 Err(e) => {
                     savepoint.rollback().await?;

@@ -68,19 +68,19 @@ impl Store {
         })
     }
 
-    /// The events of the commit that carried `request_id` on this journey (empty if none).
+    /// The events of the commit that carried `request_id` on this journey (empty if none),
+    /// found by the commit's key (ADR 0010).
     pub async fn find_commit(&self, journey_id: &str, request_id: &str) -> Result<Vec<StoredEvent>, StoreError> {
-        // No ORDER BY: with it, both planners prefer walking the primary key (the journey's whole
-        // history) over the request-id index; a commit has a handful of events, sorted here.
         let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND (metadata ->> 'requestId') = $3"
+            "SELECT {EVENT_COLUMNS} FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence BETWEEN \
+             (SELECT r.first_sequence FROM commit_requests r WHERE r.aggregate_type = $1 AND r.aggregate_id = $2 AND r.request_id = $3) AND \
+             (SELECT r.last_sequence FROM commit_requests r WHERE r.aggregate_type = $1 AND r.aggregate_id = $2 AND r.request_id = $3) \
+             ORDER BY sequence"
         );
-        let mut events: Vec<StoredEvent> = on_pool!(self, pool => {
+        on_pool!(self, pool => {
             let rows = sqlx::query(&sql).bind(LearningJourney::TYPE).bind(journey_id).bind(request_id).fetch_all(pool).await?;
-            rows.iter().map(row_to_event).collect::<Result<Vec<_>, StoreError>>()
-        })?;
-        events.sort_by_key(|e| e.sequence);
-        Ok(events)
+            rows.iter().map(row_to_event).collect()
+        })
     }
 
     /// A page of all events in (aggregate id, sequence) order, after the given position.

@@ -121,6 +121,31 @@ async fn a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_
     assert_eq!(event_count(&t, &s.journey_id).await, count);
 }
 
+/// ADR 0010: a commit's request id became a key of its own (migration 0015). A commit written
+/// before that upgrade keeps its exactly-once effect: the migration derives the keys from the log,
+/// so a retry after it gets the original result and writes nothing.
+async fn a_retry_of_a_commit_written_before_the_commit_key_migration_gets_its_original_result(t: Arc<TestApp>) {
+    let s = t.started().await;
+    let id = "5b1f0d3e-8c7a-4e2b-9f6d-000000000015";
+    let original = t.app.execute(complete(&s.journey_id, 3, id, Evidence::Guided), None).await.unwrap();
+    // The schema as migration 0014 left it: no key table, the expression index, 0015 not applied.
+    t.raw_sql("DROP TABLE commit_requests", "DROP TABLE commit_requests").await;
+    let old_index = "CREATE INDEX events_request_id ON events (aggregate_type, aggregate_id, (metadata ->> 'requestId'))";
+    t.raw_sql(old_index, old_index).await;
+    t.raw_sql("DELETE FROM _sqlx_migrations WHERE version = 15", "DELETE FROM _sqlx_migrations WHERE version = 15").await;
+
+    // An upgraded process migrates the database on start-up.
+    let upgraded = t.another_process().await;
+    let count = event_count(&t, &s.journey_id).await;
+    let retry = upgraded.execute(complete(&s.journey_id, 3, id, Evidence::Guided), None).await.unwrap();
+    assert!(retry.replayed, "the retry is answered from the original commit");
+    assert_eq!(receipt(&retry), receipt(&original));
+    assert_eq!(event_count(&t, &s.journey_id).await, count, "the retry wrote nothing");
+    let reused = upgraded.execute(complete(&s.journey_id, 3, id, Evidence::Independent), None).await;
+    assert!(matches!(reused, Err(AppError::IdempotencyKeyReused)), "{reused:?}");
+    assert_eq!(event_count(&t, &s.journey_id).await, count);
+}
+
 async fn reusing_a_request_id_with_another_input_is_refused_and_writes_nothing(t: Arc<TestApp>) {
     let s = t.started().await;
     let id = "7d444840-9dc0-41d9-8a3c-000000000007";
@@ -377,6 +402,7 @@ both_stores!(
     thirty_two_concurrent_writers_on_one_version_produce_exactly_one_success,
     a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_receipt,
     reusing_a_request_id_with_another_input_is_refused_and_writes_nothing,
+    a_retry_of_a_commit_written_before_the_commit_key_migration_gets_its_original_result,
     a_stale_expected_version_is_a_state_conflict_checked_after_the_idempotency_lookup,
     a_modified_event_payload_is_named_by_audit_verify,
     a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one,
