@@ -23,36 +23,38 @@ impl Store {
     }
 
     /// Copies every event of the journey `template` into the journeys `<template>-g<n>` for
-    /// `from <= n < to`, in one statement: the benchmark's way to grow the log by a million
-    /// events in seconds (never used by the service; the copies' chains name the template).
+    /// `from <= n < to`, with their commits' keys, in one transaction: the benchmark's way to grow
+    /// the log by a million events in seconds (never used by the service; the copies' chains
+    /// name the template). Returns the events copied.
     pub async fn grow_by_copying(&self, template: &str, from: i64, to: i64) -> Result<u64, StoreError> {
-        const SERIES: &str = "WITH RECURSIVE g(n) AS (SELECT CAST($2 AS BIGINT) UNION ALL SELECT n + 1 FROM g WHERE n + 1 < $3) ";
+        // Each copy: (table, its columns, the copied columns of row `t`); the key column is
+        // `aggregate_id` in both.
+        const COPIES: [(&str, &str, &str); 2] = [
+            (
+                "events",
+                "aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata",
+                "t.sequence, t.event_type, t.event_version, t.payload, t.metadata",
+            ),
+            (
+                "commit_requests",
+                "aggregate_type, aggregate_id, request_id, first_sequence, last_sequence",
+                "t.request_id, t.first_sequence, t.last_sequence",
+            ),
+        ];
         on_writer!(self, pool => {
             let mut tx = pool.begin().await?;
-            let done = sqlx::query(&format!(
-                "{SERIES}INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata) \
-                 SELECT e.aggregate_type, e.aggregate_id || '-g' || CAST(g.n AS TEXT), e.sequence, e.event_type, e.event_version, \
-                        e.payload, e.metadata \
-                 FROM events e CROSS JOIN g WHERE e.aggregate_id = $1"
-            ))
-            .bind(template)
-            .bind(from)
-            .bind(to)
-            .execute(&mut *tx)
-            .await?;
-            // The copies' commits keep their keys, as the command path writes them.
-            sqlx::query(&format!(
-                "{SERIES}INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence) \
-                 SELECT r.aggregate_type, r.aggregate_id || '-g' || CAST(g.n AS TEXT), r.request_id, r.first_sequence, r.last_sequence \
-                 FROM commit_requests r CROSS JOIN g WHERE r.aggregate_id = $1"
-            ))
-            .bind(template)
-            .bind(from)
-            .bind(to)
-            .execute(&mut *tx)
-            .await?;
+            let mut copied = Vec::with_capacity(COPIES.len());
+            for (table, columns, rest) in COPIES {
+                let sql = format!(
+                    "WITH RECURSIVE g(n) AS (SELECT CAST($2 AS BIGINT) UNION ALL SELECT n + 1 FROM g WHERE n + 1 < $3) \
+                     INSERT INTO {table} ({columns}) \
+                     SELECT t.aggregate_type, t.aggregate_id || '-g' || CAST(g.n AS TEXT), {rest} \
+                     FROM {table} t CROSS JOIN g WHERE t.aggregate_id = $1"
+                );
+                copied.push(sqlx::query(&sql).bind(template).bind(from).bind(to).execute(&mut *tx).await?.rows_affected());
+            }
             tx.commit().await?;
-            Ok(done.rows_affected())
+            Ok(copied.first().copied().unwrap_or(0))
         })
     }
 
