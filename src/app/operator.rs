@@ -13,7 +13,7 @@ use super::App;
 use crate::error::AppError;
 use crate::store::chain::{chain_hash, Link, GENESIS};
 use crate::store::checkpoints::{checkpoint_hash, Checkpoint, Heads};
-use crate::store::{StoredEvent, ViewTable};
+use crate::store::{KeyMismatch, StoredEvent, ViewTable};
 
 const PAGE: i64 = 1000;
 
@@ -185,7 +185,8 @@ impl App {
     /// Recomputes every chain: sequence gapless from 1, each `prevHash` the previous event's
     /// `chainHash`, each `chainHash` the hash of the event as stored — and checks that no
     /// journey's log ends before the version its view row or the newest checkpoint recorded
-    /// (a deleted tail leaves the remaining chain intact, so only these notice it).
+    /// (a deleted tail leaves the remaining chain intact, so only these notice it), and that
+    /// every commit's idempotency key agrees with the request ids its events carry (ADR 0010).
     pub async fn audit_verify(&self) -> Result<AuditReport, AppError> {
         Ok(self.audit_verify_with(usize::MAX, |_| {}).await?.0)
     }
@@ -251,6 +252,18 @@ impl App {
         .await?;
         if report.broken.is_none() {
             report.broken = missing_tail(&heads, &views, checkpoint);
+        }
+        if report.broken.is_none() {
+            report.broken = self.store.commit_key_mismatch().await?.map(|(journey_id, sequence, kind)| BrokenLink {
+                journey_id,
+                sequence,
+                problem: match kind {
+                    KeyMismatch::Unkeyed => {
+                        "the commit starting here carries a request id without its idempotency key (commit_requests): a retry of it would be written again".into()
+                    }
+                    KeyMismatch::Orphaned => "an idempotency key (commit_requests) names this event, which does not carry its request id".into(),
+                },
+            });
         }
         Ok((report, heads))
     }

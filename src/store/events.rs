@@ -10,6 +10,15 @@ use sqlx::Row;
 
 use super::{i64_of, on_pool, Store, StoreError};
 
+/// How the log and the commits' keys disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyMismatch {
+    /// A commit's events carry a request id that no key names with exactly their range.
+    Unkeyed,
+    /// A key names a first sequence whose event does not carry its request id.
+    Orphaned,
+}
+
 /// An event as stored, with its metadata.
 pub type StoredEvent = SerializedEvent;
 
@@ -81,6 +90,39 @@ impl Store {
             let rows = sqlx::query(&sql).bind(LearningJourney::TYPE).bind(journey_id).bind(request_id).fetch_all(pool).await?;
             rows.iter().map(row_to_event).collect()
         })
+    }
+
+    /// The first disagreement between the log and the commits' keys (ADR 0010), in journey
+    /// order: a commit whose events carry a request id without the key that names exactly their
+    /// sequence range (a retry of it would not be recognised), or a key whose first sequence is
+    /// not an event carrying its request id. Returns the journey, the sequence and which.
+    pub async fn commit_key_mismatch(&self) -> Result<Option<(String, u64, KeyMismatch)>, StoreError> {
+        const UNKEYED: &str = "SELECT m.aggregate_id, m.first_sequence FROM ( \
+               SELECT aggregate_type, aggregate_id, metadata ->> 'requestId' AS request_id, \
+                      MIN(sequence) AS first_sequence, MAX(sequence) AS last_sequence \
+               FROM events WHERE (metadata ->> 'requestId') IS NOT NULL \
+               GROUP BY aggregate_type, aggregate_id, metadata ->> 'requestId') m \
+             LEFT JOIN commit_requests r \
+               ON r.aggregate_type = m.aggregate_type AND r.aggregate_id = m.aggregate_id AND r.request_id = m.request_id \
+             WHERE r.request_id IS NULL OR r.first_sequence <> m.first_sequence OR r.last_sequence <> m.last_sequence \
+             ORDER BY m.aggregate_id, m.first_sequence LIMIT 1";
+        const ORPHANED: &str = "SELECT r.aggregate_id, r.first_sequence FROM commit_requests r \
+             WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.aggregate_type = r.aggregate_type AND e.aggregate_id = r.aggregate_id \
+                               AND e.sequence = r.first_sequence AND (e.metadata ->> 'requestId') = r.request_id) \
+             ORDER BY r.aggregate_id, r.first_sequence LIMIT 1";
+        let mut found = Vec::new();
+        for (sql, kind) in [(UNKEYED, KeyMismatch::Unkeyed), (ORPHANED, KeyMismatch::Orphaned)] {
+            let first: Option<(String, i64)> = on_pool!(self, pool => {
+                match sqlx::query(sql).fetch_optional(pool).await? {
+                    Some(row) => Some((row.try_get(0)?, row.try_get(1)?)),
+                    None => None,
+                }
+            });
+            if let Some((id, sequence)) = first {
+                found.push((id, u64::try_from(sequence).unwrap_or(0), kind));
+            }
+        }
+        Ok(found.into_iter().min_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1))))
     }
 
     /// A page of all events in (aggregate id, sequence) order, after the given position.

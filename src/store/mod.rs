@@ -20,8 +20,8 @@ mod views;
 
 pub use audit::{AuditRow, AuditRun, ToolCallRow};
 pub use commit::Commit;
-pub use events::StoredEvent;
 pub(crate) use events::{row_to_event, EVENT_COLUMNS};
+pub use events::{KeyMismatch, StoredEvent};
 pub use identity::SessionRow;
 pub use pooler::Pooler;
 use pooler::TxPool;

@@ -146,6 +146,26 @@ async fn a_retry_of_a_commit_written_before_the_commit_key_migration_gets_its_or
     assert_eq!(event_count(&t, &s.journey_id).await, count);
 }
 
+/// ADR 0010: `audit verify` finds a commit whose idempotency key is gone (a retry of it would be
+/// written again) and a key that names an event not carrying its request id.
+async fn a_lost_or_wrong_idempotency_key_is_named_by_audit_verify(t: Arc<TestApp>) {
+    let s = t.started().await;
+    t.app.execute(complete(&s.journey_id, 3, "ab000000-0000-4000-8000-000000000010", Evidence::Guided), None).await.unwrap();
+    assert_eq!(t.app.audit_verify().await.unwrap().broken, None, "a log written by the command path agrees with its keys");
+
+    let moved = format!("UPDATE commit_requests SET first_sequence = 1, last_sequence = 1 WHERE aggregate_id = '{}'", s.journey_id);
+    t.raw_sql(&moved, &moved).await;
+    let broken = t.app.audit_verify().await.unwrap().broken.expect("a key naming other events is found");
+    assert_eq!((broken.journey_id.as_str(), broken.sequence), (s.journey_id.as_str(), 1), "{broken:?}");
+    assert!(broken.problem.contains("does not carry its request id"), "{broken:?}");
+
+    let deleted = format!("DELETE FROM commit_requests WHERE aggregate_id = '{}'", s.journey_id);
+    t.raw_sql(&deleted, &deleted).await;
+    let broken = t.app.audit_verify().await.unwrap().broken.expect("a lost key is found");
+    assert_eq!((broken.journey_id.as_str(), broken.sequence), (s.journey_id.as_str(), 4), "{broken:?}");
+    assert!(broken.problem.contains("without its idempotency key"), "{broken:?}");
+}
+
 async fn reusing_a_request_id_with_another_input_is_refused_and_writes_nothing(t: Arc<TestApp>) {
     let s = t.started().await;
     let id = "7d444840-9dc0-41d9-8a3c-000000000007";
@@ -339,7 +359,7 @@ async fn delete_tail(t: &TestApp, journey: &str, n: Option<u64>) {
 
 /// Removes what is left of a journey, so the next case starts from an intact log.
 async fn forget_journey(t: &TestApp, journey: &str) {
-    for table in ["events WHERE aggregate_id", "journey_context_view WHERE view_id"] {
+    for table in ["events WHERE aggregate_id", "commit_requests WHERE aggregate_id", "journey_context_view WHERE view_id"] {
         let sql = format!("DELETE FROM {table} = '{journey}'");
         t.raw_sql(&sql, &sql).await;
     }
@@ -403,6 +423,7 @@ both_stores!(
     a_retry_storm_has_exactly_one_effect_and_every_retry_gets_the_original_receipt,
     reusing_a_request_id_with_another_input_is_refused_and_writes_nothing,
     a_retry_of_a_commit_written_before_the_commit_key_migration_gets_its_original_result,
+    a_lost_or_wrong_idempotency_key_is_named_by_audit_verify,
     a_stale_expected_version_is_a_state_conflict_checked_after_the_idempotency_lookup,
     a_modified_event_payload_is_named_by_audit_verify,
     a_replay_rebuilds_views_equal_to_the_live_ones_and_spots_a_wrong_one,
