@@ -153,8 +153,8 @@ impl Store {
     /// Returns each command's outcome; `Err` when the transaction itself failed.
     pub(crate) async fn commit_batch(&self, commits: &[&Commit], rows: &[ToolCallRow]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let Self::Sqlite(s) = self else { return Err(StoreError::Database("commit_batch on a PostgreSQL store".into())) };
-        // The write turn, as every SQLite write takes it: two writers' transactions are never
-        // interleaved, so a deferred transaction is not refused its upgrade (SQLITE_BUSY).
+        // The write turn, as every SQLite write takes it (`on_writer!`): the batch waits here,
+        // not in SQLite's busy handler, while a projector or identity write holds the database.
         let _turn = s.writer.lock().await;
         let mut tx = s.pool.begin().await?;
         let mut outcomes = Vec::with_capacity(commits.len());
