@@ -140,6 +140,9 @@ pub(crate) fn cost(before: &Reading, after: &Reading, units: f64, client: Client
         Client::Unmeasured => None,
     };
     let db_cpu = after.db_cpu.zip(before.db_cpu).map(|(a, b)| a - b);
+    // While the server is the client, this process is the load generator: on one machine its CPU
+    // competes with the server's and the database's, so the three together bound the rate.
+    let generator_cpu = (client == Client::Server).then_some(after.self_cpu - before.self_cpu);
     let diff = |a: Option<i64>, b: Option<i64>| a.zip(b).map(|(a, b)| (a - b) as f64).and_then(per);
     json!({
         "units": units,
@@ -147,6 +150,8 @@ pub(crate) fn cost(before: &Reading, after: &Reading, units: f64, client: Client
         "db_cpu_ms": db_cpu.and_then(|d| per(d * 1000.0)),
         // A total only where both parts were read (SQLite has no separate database process).
         "cpu_ms": client_cpu.and_then(|c| per((c + db_cpu.unwrap_or(0.0)) * 1000.0)),
+        "load_generator_cpu_ms": generator_cpu.and_then(|g| per(g * 1000.0)),
+        "machine_cpu_ms": client_cpu.zip(generator_cpu).and_then(|(c, g)| per((c + g + db_cpu.unwrap_or(0.0)) * 1000.0)),
         "wal_records": diff(after.wal.map(|w| w.0), before.wal.map(|w| w.0)),
         "wal_bytes": diff(after.wal.map(|w| w.1), before.wal.map(|w| w.1)),
         "wal_flushes": diff(after.wal.map(|w| w.2), before.wal.map(|w| w.2)),

@@ -335,6 +335,56 @@ async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Du
     Ok(stats(lat, secs))
 }
 
+/// The protocol's own floor: JSON-RPC `ping`s through the same endpoint, client and bearer
+/// authentication as the tool calls, so every layer in front of a tool runs (HTTP, the origin
+/// and JSON-RPC gates, the token, rmcp) and nothing behind it (no tool, no store).
+async fn pings(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration) -> anyhow::Result<Value> {
+    let mut tokens = Vec::new();
+    for _ in 0..concurrency {
+        tokens.push(new_learner(app).await?);
+    }
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for token in tokens {
+        let base = base.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let (mut answered, mut failed) = (Vec::new(), 0usize);
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let response = http
+                    .post(format!("{base}/mcp"))
+                    .bearer_auth(&token)
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+                    .send()
+                    .await;
+                let body: Option<Value> = match response {
+                    Ok(r) => r.json().await.ok(),
+                    Err(_) => None,
+                };
+                if body.as_ref().is_some_and(|b| b["result"].is_object()) {
+                    answered.push(t.elapsed().as_secs_f64());
+                } else {
+                    failed += 1;
+                }
+            }
+            (answered, failed)
+        }));
+    }
+    let (mut latencies, mut failed) = (Vec::new(), 0usize);
+    for t in tasks {
+        let (answered, f) = t.await?;
+        latencies.extend(answered);
+        failed += f;
+    }
+    let mut out = stats(&mut latencies, started.elapsed().as_secs_f64());
+    out["errors"] = json!(failed);
+    Ok(out)
+}
+
 /// Single-row autocommit inserts from `concurrency` writers, each with its own connection.
 async fn baseline(db: &str, concurrency: usize, duration: Duration) -> anyhow::Result<Value> {
     let settings = PoolSettings { max_connections: u32::try_from(concurrency.max(1)).unwrap_or(u32::MAX), ..PoolSettings::default() };
@@ -679,6 +729,27 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
         "bench: c={key_level}: context reads alone {read_rate:.0}/s, CPU per read {:.2} ms",
         read_cost["cpu_ms"].as_f64().unwrap_or(f64::NAN)
     );
+    // The protocol's floor: what the layers in front of a tool cost the server and the load
+    // generator per call. A write in the mix brings its read (and sometimes a continuation's
+    // call), so no store and no tool logic could take the mix past the bound this implies.
+    let r0 = meter.read(true).await;
+    let floor = pings(&app, &server.base, key_level, duration).await?;
+    let r1 = meter.read(true).await;
+    let ping_cost = cost(&r0, &r1, floor["requests"].as_f64().unwrap_or(0.0), Client::Server);
+    let calls_per_write = {
+        let calls = report["writes"]["requests"].as_f64().unwrap_or(0.0) + report["reads"]["requests"].as_f64().unwrap_or(0.0);
+        let writes = report["writes"]["requests"].as_f64().unwrap_or(0.0);
+        (writes > 0.0).then(|| calls / writes)
+    };
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get) as f64;
+    let protocol_bound = ping_cost["machine_cpu_ms"].as_f64().zip(calls_per_write).map(|(ms, calls)| cores * 1000.0 / (ms * calls));
+    eprintln!(
+        "bench: c={key_level}: pings {:.0}/s, machine CPU per ping {:.3} ms; {:.2} calls per write bound the mix to {:.0} writes/s on {cores} cores",
+        floor["per_second"].as_f64().unwrap_or(0.0),
+        ping_cost["machine_cpu_ms"].as_f64().unwrap_or(f64::NAN),
+        calls_per_write.unwrap_or(f64::NAN),
+        protocol_bound.unwrap_or(f64::NAN),
+    );
     // A write's own CPU: the mix's cost less its reads, each priced as a read alone costs.
     let write_cpu = write_cost["cpu_ms"].as_f64().zip(read_cost["cpu_ms"].as_f64()).map(|(w, r)| w - r * mixed_read_rate / write_rate);
     let one_coach_flushes = by_level.get(&1).and_then(|l| l.4["wal_flushes"].as_f64());
@@ -751,6 +822,8 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
         "cpu_ms_per_write": write_cpu,
         "cost_per_write_with_its_read": write_cost,
         "cost_per_insert": insert_cost,
+        "protocol_floor": {"pings": floor, "cost_per_ping": ping_cost, "calls_per_write": calls_per_write, "cores": cores,
+                           "writes_per_second_bound": protocol_bound},
         "insert_limit_per_second": insert_limit,
         "insert_limit_source": if pgbench_key.is_some() { "pgbench" } else { "driver" },
         "replay": {"events": replay.events, "events_per_second": replay_rate, "raw_scan_events_per_second": scan_rate},

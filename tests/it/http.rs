@@ -213,6 +213,14 @@ async fn the_benchmark_runs_and_reports_every_ratio() {
     let missed = report["verdict"].as_object().unwrap().values().any(|v| v == "missed");
     assert_eq!(out.status.code(), Some(if missed { 4 } else { 0 }), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(report["store"], "sqlite");
+    // The protocol's floor: pings answered (none failed) and the bound they put on the mix.
+    let floor = &report["protocol_floor"];
+    assert!(floor["pings"]["requests"].as_u64().is_some_and(|n| n > 0) && floor["pings"]["errors"] == 0, "{floor}");
+    assert!(floor["writes_per_second_bound"].as_f64().is_some_and(|b| b.is_finite() && b > 0.0), "{floor}");
+    // The machine's CPU per write counts the load generator's on top of the server's (and the store's).
+    let cost = &report["cost_per_write_with_its_read"];
+    let (machine, served) = (cost["machine_cpu_ms"].as_f64().unwrap(), cost["cpu_ms"].as_f64().unwrap());
+    assert!(machine >= served && cost["load_generator_cpu_ms"].as_f64().is_some_and(|g| g >= 0.0), "{cost}");
     assert_eq!(report["rss"]["journeys_read"], 5);
     assert!(std::fs::read_to_string(dir.join("plot.svg")).unwrap().starts_with("<svg"));
     std::fs::remove_dir_all(&dir).ok();
