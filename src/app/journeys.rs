@@ -174,10 +174,11 @@ impl App {
         Ok(loaded)
     }
 
-    /// This process's last state of a journey, unread, for a write to decide on (ADR 0009): the
-    /// commit's sequence numbers refuse it should the log have moved on. `None` when the journey
-    /// is not cached or was written by another process lately.
-    pub fn cached_for_write(&self, journey_id: &str) -> Option<Loaded> {
+    /// This process's last state of a journey, unread, for a write to decide on (ADR 0009: the
+    /// commit's sequence numbers refuse it should the log have moved on) or a read to answer
+    /// from (ADR 0011: its audit rows are written only while the log ends where the copy does).
+    /// `None` when the journey is not cached or was written by another process lately.
+    pub fn cached_copy(&self, journey_id: &str) -> Option<Loaded> {
         self.journeys.get(&journey_id.to_owned()).filter(|l| l.shared_until.is_none_or(|until| Instant::now() >= until))
     }
 

@@ -52,8 +52,8 @@ pub struct ActiveSession {
     pub pack: Arc<Pack>,
     /// The journey as loaded now.
     pub loaded: Loaded,
-    /// Whether `loaded` was read against the log; `false` when a write took this process's
-    /// cached state unread ([`App::cached_for_write`]).
+    /// Whether `loaded` was read against the log; `false` when the call took this process's
+    /// copy unread ([`App::cached_copy`]).
     pub validated: bool,
     /// A freshly sealed `learningSessionId` for it.
     pub token: String,
@@ -140,9 +140,10 @@ impl App {
     }
 
     /// Resolves a `learningSessionId` for its owner: another learner's id is invalid and
-    /// reveals nothing; an expired one is expired. `for_write`: a write may take this process's
-    /// cached journey unread (ADR 0009); a read always reads the log's tail.
-    pub async fn resolve_session(&self, principal: &Principal, token: &str, for_write: bool) -> Result<ActiveSession, AppError> {
+    /// reveals nothing; an expired one is expired. `unread`: the call may take this process's
+    /// copy of the journey without reading the log — a write, whose commit proves the copy
+    /// current (ADR 0009), or a read whose audit row is written only against it (ADR 0011).
+    pub async fn resolve_session(&self, principal: &Principal, token: &str, unread: bool) -> Result<ActiveSession, AppError> {
         let claims = self.keys.open_session(token)?;
         let row = match self.sessions.get(&claims.sid) {
             Some(row) => row,
@@ -155,11 +156,11 @@ impl App {
         if principal.learner_id.as_deref() != Some(row.learner_id.as_str()) {
             return Err(AppError::SessionInvalid);
         }
-        self.active(row, for_write).await
+        self.active(row, unread).await
     }
 
-    async fn active(&self, row: SessionRow, for_write: bool) -> Result<ActiveSession, AppError> {
-        let (mut loaded, mut validated) = match for_write.then(|| self.cached_for_write(&row.journey_id)).flatten() {
+    async fn active(&self, row: SessionRow, unread: bool) -> Result<ActiveSession, AppError> {
+        let (mut loaded, mut validated) = match unread.then(|| self.cached_copy(&row.journey_id)).flatten() {
             Some(cached) => (cached, false),
             None => (self.load_journey(&row.journey_id).await?, true),
         };

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::store::{Commit, Store, StoreError, ToolCallRow};
+use crate::store::{AuditCall, Commit, IfCurrent, Store, StoreError, ToolCallRow};
 
 enum Item {
     Commit { commit: Commit, ack: oneshot::Sender<Result<(), StoreError>> },
-    Audit { rows: Vec<ToolCallRow>, ack: oneshot::Sender<Result<(), StoreError>> },
+    Audit { call: AuditCall, ack: oneshot::Sender<Result<bool, StoreError>> },
 }
 
 /// The handle to the writer task; dropping the last handle ends the task.
@@ -63,47 +63,81 @@ impl Writer {
     /// Writes audit rows of no commit; returns once they are visible (ADR 0006: not waiting
     /// for their flush).
     pub async fn audit(&self, rows: Vec<ToolCallRow>) -> Result<(), StoreError> {
+        self.audit_call(AuditCall { rows, if_current: None }).await.map(|_| ())
+    }
+
+    /// Writes a read's audit rows only if its journey's log still ends at the version its
+    /// answer was built on (ADR 0011); `Ok(false)` when the log had moved on: nothing was written.
+    pub async fn audit_if_current(&self, rows: Vec<ToolCallRow>, if_current: IfCurrent) -> Result<bool, StoreError> {
+        self.audit_call(AuditCall { rows, if_current: Some(if_current) }).await
+    }
+
+    async fn audit_call(&self, call: AuditCall) -> Result<bool, StoreError> {
         let (ack, done) = oneshot::channel();
-        self.tx.send(Item::Audit { rows, ack }).await.map_err(|_| stopped())?;
+        self.tx.send(Item::Audit { call, ack }).await.map_err(|_| stopped())?;
         done.await.unwrap_or_else(|_| Err(stopped()))
     }
 }
 
 async fn write_batch(store: &Store, batch: Vec<Item>) {
     let mut commits = Vec::new();
-    let mut rows = Vec::new();
+    let mut calls = Vec::new();
     let mut audit_acks = Vec::new();
     for item in batch {
         match item {
             Item::Commit { commit, ack } => commits.push((commit, ack)),
-            Item::Audit { rows: r, ack } => {
-                rows.extend(r);
+            Item::Audit { call, ack } => {
+                calls.push(call);
                 audit_acks.push(ack);
             }
         }
     }
-    if commits.is_empty() {
-        let result = store.write_audit(&rows).await;
-        for ack in audit_acks {
-            let _ = ack.send(result.clone());
+    if !commits.is_empty() {
+        // Unchecked rows ride in the batch's transaction; a checked read's rows are judged after
+        // it, against the heads the batch's commits leave.
+        let riding: Vec<ToolCallRow> = calls.iter().filter(|c| c.if_current.is_none()).flat_map(|c| c.rows.iter().cloned()).collect();
+        let units: Vec<&Commit> = commits.iter().map(|(c, _)| c).collect();
+        let outcome = store.commit_batch(&units, &riding).await;
+        if let Err(e) = &outcome {
+            tracing::warn!(error = %e, commits = units.len(), "a batched commit failed");
         }
-        return;
-    }
-    let units: Vec<&Commit> = commits.iter().map(|(c, _)| c).collect();
-    match store.commit_batch(&units, &rows).await {
-        Ok(outcomes) => {
-            for ((_, ack), outcome) in commits.into_iter().zip(outcomes) {
-                let _ = ack.send(outcome);
+        let failed = outcome.as_ref().err().cloned();
+        match outcome {
+            Ok(outcomes) => {
+                for ((_, ack), outcome) in commits.into_iter().zip(outcomes) {
+                    let _ = ack.send(outcome);
+                }
             }
-            for ack in audit_acks {
-                let _ = ack.send(Ok(()));
+            Err(e) => {
+                for (_, ack) in commits {
+                    let _ = ack.send(Err(e.clone()));
+                }
+            }
+        }
+        let mut checked = Vec::new();
+        let mut checked_acks = Vec::new();
+        for (call, ack) in calls.into_iter().zip(audit_acks) {
+            match (&call.if_current, &failed) {
+                (None, None) => drop(ack.send(Ok(true))),
+                (None, Some(e)) => drop(ack.send(Err(e.clone()))),
+                (Some(_), _) => {
+                    checked.push(call);
+                    checked_acks.push(ack);
+                }
+            }
+        }
+        (calls, audit_acks) = (checked, checked_acks);
+        if calls.is_empty() {
+            return;
+        }
+    }
+    match store.write_audit(&calls).await {
+        Ok(written) => {
+            for (ack, written) in audit_acks.into_iter().zip(written) {
+                let _ = ack.send(Ok(written));
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, commits = units.len(), "a batched commit failed");
-            for (_, ack) in commits {
-                let _ = ack.send(Err(e.clone()));
-            }
             for ack in audit_acks {
                 let _ = ack.send(Err(e.clone()));
             }

@@ -124,25 +124,27 @@ impl CoachServer {
         let tool_name = tool.name();
         let started_row = self.row(&call_id, "started", "handler", tool_name);
         let audit = tools::CallAudit { started_row: started_row.clone(), started };
-        let outcome = tools::dispatch(&self.app, &principal, tool, args, Some(audit)).await;
-        let mut exit = self.row(&call_id, "completed", "handler", tool_name);
-        exit.duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
-        let result = match outcome {
-            Ok(ToolOutput { structured, summary, meta, events_appended, journey_id }) => {
-                exit.phase = if structured.is_clarification() { "clarification" } else { "completed" };
-                exit.events_appended = i64::try_from(events_appended).unwrap_or(0);
-                exit.journey_id = journey_id;
-                serde_json::to_value(&structured)
-                    .map_err(|e| McpError::internal_error(format!("result shape: {e}"), None))
-                    .and_then(|structured| call_result(structured, summary, false, meta))
+        let mut validated = false;
+        let (exit, result) = loop {
+            let outcome = tools::dispatch(&self.app, &principal, tool, args.clone(), Some(audit.clone()), validated).await;
+            let (exit, result, if_current) = self.exit_of(&call_id, tool_name, started, outcome);
+            // A call that committed events wrote its `started` and exit in that commit.
+            if exit.events_appended > 0 {
+                break (exit, result);
             }
-            Err(tools::Failure { error, locale, journey_id, fresh }) => {
-                exit.phase = if error.outcome() == "rejected" { "rejected" } else { "error" };
-                exit.code = Some(error.code());
-                exit.journey_id = journey_id;
-                let finding = error.finding(&locale);
-                call_result(error_result(&self.app, &error, &locale, fresh.as_deref()), &finding, true, None)
+            let rows = vec![started_row.clone(), exit.clone()];
+            let Some(check) = if_current else {
+                self.audit(rows).await;
+                break (exit, result);
+            };
+            // A read answered from this process's copy stands only if the log still ends there
+            // (ADR 0011); else — or if that cannot be told — it is answered again from the log.
+            match self.app.writer.audit_if_current(rows, check).await {
+                Ok(true) => break (exit, result),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "a read's audit rows not written; reading the log"),
             }
+            validated = true;
         };
         self.app.metrics.tool(tool_name, exit.phase, started.elapsed().as_secs_f64());
         let span = tracing::Span::current();
@@ -157,11 +159,38 @@ impl CoachServer {
         } else {
             tracing::info!(duration_ms, events = exit.events_appended, "tool call");
         }
-        // A call that committed events wrote its `started` and exit in that commit.
-        if exit.events_appended == 0 {
-            self.audit(vec![started_row, exit]).await;
-        }
         Some(result)
+    }
+
+    /// The exit row and the MCP result of one run of a call, and the check a read answered
+    /// from this process's copy needs.
+    fn exit_of(
+        &self,
+        call_id: &str,
+        tool_name: &str,
+        started: Instant,
+        outcome: Result<ToolOutput, tools::Failure>,
+    ) -> (ToolCallRow, Result<CallToolResult, McpError>, Option<crate::store::IfCurrent>) {
+        let mut exit = self.row(call_id, "completed", "handler", tool_name);
+        exit.duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
+        match outcome {
+            Ok(ToolOutput { structured, summary, meta, events_appended, journey_id, if_current }) => {
+                exit.phase = if structured.is_clarification() { "clarification" } else { "completed" };
+                exit.events_appended = i64::try_from(events_appended).unwrap_or(0);
+                exit.journey_id = journey_id;
+                let result = serde_json::to_value(&structured)
+                    .map_err(|e| McpError::internal_error(format!("result shape: {e}"), None))
+                    .and_then(|structured| call_result(structured, summary, false, meta));
+                (exit, result, if_current)
+            }
+            Err(tools::Failure { error, locale, journey_id, fresh }) => {
+                exit.phase = if error.outcome() == "rejected" { "rejected" } else { "error" };
+                exit.code = Some(error.code());
+                exit.journey_id = journey_id;
+                let finding = error.finding(&locale);
+                (exit, call_result(error_result(&self.app, &error, &locale, fresh.as_deref()), &finding, true, None), None)
+            }
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! The tool-call audit (a `started` row and exactly one exit per call; rows of no command's
 //! commit are written here) and the record of `audit verify` runs.
 
+use aggregates::learning_journey::LearningJourney;
+use cqrs_es::Aggregate;
 use sqlx::Row;
 
 use super::{on_pool, on_writer, Store, StoreError};
@@ -94,14 +96,78 @@ macro_rules! insert_audit_rows {
 
 /// The audit rows of `write_audit` on PostgreSQL as one statement: its own transaction does not
 /// wait for its flush (`set_config(…, true)` is the statement's `SET LOCAL`; the function is
-/// volatile, so the CTE is evaluated, once, as the join's one row).
-const PG_RELAXED_AUDIT_HEAD: &str = concat!(
-    "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)) INSERT INTO tool_calls (",
+/// volatile, so the CTE is evaluated, once, as the join's one row). One statement text for any
+/// number of rows: the arrays, not the text, vary.
+const PG_RELAXED_AUDIT: &str = concat!(
+    "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true))
+INSERT INTO tool_calls (",
     audit_columns!(),
-    ") SELECT v.* FROM relaxed, ("
+    ")
+SELECT v.* FROM relaxed, unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS text[]), CAST($4 AS text[]), CAST($5 AS text[]),
+    CAST($6 AS text[]), CAST($7 AS bigint[]), CAST($8 AS bigint[]), CAST($9 AS bigint[])) AS v (",
+    audit_columns!(),
+    ")
+ON CONFLICT DO NOTHING"
 );
-const PG_RELAXED_AUDIT_TAIL: &str = concat!(") AS v (", audit_columns!(), ")");
+
+/// `PG_RELAXED_AUDIT` for a batch with checked reads (ADR 0011): a row with a journey and a
+/// version to check (`$10`, `$11`) is written only while that journey's log ends at that
+/// version; the statement returns the calls whose check failed. Only such batches read the
+/// event table, so the exits the dispatcher writes while a commit hangs never wait on it.
+const PG_RELAXED_CHECKED_AUDIT: &str = concat!(
+    "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)), judged AS (
+    SELECT v.*, (v.check_journey IS NULL OR v.check_version = COALESCE(
+        (SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $12 AND e.aggregate_id = v.check_journey), 0)) AS current
+    FROM unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS text[]), CAST($4 AS text[]), CAST($5 AS text[]),
+        CAST($6 AS text[]), CAST($7 AS bigint[]), CAST($8 AS bigint[]), CAST($9 AS bigint[]), CAST($10 AS text[]), CAST($11 AS bigint[]))
+        AS v (",
+    audit_columns!(),
+    ", check_journey, check_version)
+), written AS (
+    INSERT INTO tool_calls (",
+    audit_columns!(),
+    ")
+    SELECT ",
+    audit_columns!(),
+    " FROM relaxed, judged WHERE current
+    ON CONFLICT DO NOTHING
+)
+SELECT DISTINCT call_id FROM judged WHERE NOT current"
+);
 pub(crate) use {audit_columns, insert_audit_rows};
+
+/// Binds the nine audit columns of `rows` as arrays, in `audit_columns!` order, after the
+/// parameters already bound (PostgreSQL's multi-row statements take rows as `unnest` arrays).
+pub(crate) fn bind_audit_arrays<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    rows: &'q [ToolCallRow],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(rows.iter().map(|a| a.call_id.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|a| a.phase).collect::<Vec<_>>())
+        .bind(rows.iter().map(|a| a.writer).collect::<Vec<_>>())
+        .bind(rows.iter().map(|a| a.tool.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|a| a.journey_id.as_deref()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|a| a.code).collect::<Vec<_>>())
+        .bind(rows.iter().map(|a| a.events_appended).collect::<Vec<_>>())
+        .bind(rows.iter().map(|a| a.duration_ms).collect::<Vec<_>>())
+        .bind(rows.iter().map(|a| a.at_ms).collect::<Vec<_>>())
+}
+
+/// A read answered from this process's copy of a journey (ADR 0011): its audit rows stand, and
+/// so does its answer, only if the journey's log still ends at the version the copy has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IfCurrent {
+    pub journey_id: String,
+    pub version: u64,
+}
+
+/// One call's audit rows of no commit, with the check its answer depends on, if any.
+#[derive(Clone, Debug)]
+pub struct AuditCall {
+    pub rows: Vec<ToolCallRow>,
+    pub if_current: Option<IfCurrent>,
+}
 
 impl Store {
     /// The most recent audit rows (at most `limit`), oldest first, for the quota reconciliation.
@@ -179,20 +245,67 @@ impl Store {
     /// `synchronous_commit = off`, on SQLite a connection with `synchronous=NORMAL`. They are
     /// visible at once and durable with the next flushed commit or within the WAL writer's delay;
     /// a process crash loses none of them, only a crash of the machine can lose the last moment.
-    pub async fn write_audit(&self, rows: &[ToolCallRow]) -> Result<(), StoreError> {
-        if rows.is_empty() {
-            return Ok(());
+    ///
+    /// A call with [`IfCurrent`] is written only if its journey's log still ends at that version
+    /// (ADR 0011), judged in the same statement (PostgreSQL) or write turn (SQLite) that writes
+    /// the rows. Returns, per call, whether its rows were written.
+    pub async fn write_audit(&self, calls: &[AuditCall]) -> Result<Vec<bool>, StoreError> {
+        if calls.iter().all(|c| c.rows.is_empty()) {
+            return Ok(vec![true; calls.len()]);
         }
-        match self {
+        let refused: std::collections::HashSet<String> = match self {
             Self::Sqlite(s) => {
                 let _turn = s.writer.lock().await;
-                insert_audit_rows!(rows).build().execute(&s.relaxed).await?;
+                // An immediate transaction holds the database's write lock from its first read, so
+                // no writer — of this process or another — moves a head between its check and
+                // the rows written against it.
+                let mut tx = s.relaxed.begin_with("BEGIN IMMEDIATE").await?;
+                let mut heads = std::collections::HashMap::new();
+                let mut refused = std::collections::HashSet::new();
+                for check in calls.iter().filter_map(|c| c.if_current.as_ref().map(|i| (c, i))) {
+                    let (call, IfCurrent { journey_id, version }) = check;
+                    let head = match heads.get(journey_id) {
+                        Some(head) => *head,
+                        None => {
+                            let head: i64 = sqlx::query_scalar(
+                                "SELECT COALESCE(MAX(sequence), 0) FROM events WHERE aggregate_type = $1 AND aggregate_id = $2",
+                            )
+                            .bind(LearningJourney::TYPE)
+                            .bind(journey_id)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                            heads.insert(journey_id.clone(), head);
+                            head
+                        }
+                    };
+                    if head != super::i64_of(*version) {
+                        refused.extend(call.rows.iter().map(|r| r.call_id.clone()));
+                    }
+                }
+                let rows: Vec<&ToolCallRow> = calls.iter().flat_map(|c| &c.rows).filter(|r| !refused.contains(&r.call_id)).collect();
+                if !rows.is_empty() {
+                    insert_audit_rows!(rows.iter().copied()).build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                refused
+            }
+            Self::Postgres(s) if calls.iter().all(|c| c.if_current.is_none()) => {
+                let rows: Vec<ToolCallRow> = calls.iter().flat_map(|c| c.rows.iter().cloned()).collect();
+                let query = bind_audit_arrays(sqlx::query(PG_RELAXED_AUDIT), &rows);
+                super::on_pg!(s, pool => query.execute(pool).await?);
+                std::collections::HashSet::new()
             }
             Self::Postgres(s) => {
-                let mut insert = insert_audit_rows!(rows, PG_RELAXED_AUDIT_HEAD, PG_RELAXED_AUDIT_TAIL);
-                super::on_pg!(s, pool => insert.build().execute(pool).await?);
+                let rows: Vec<ToolCallRow> = calls.iter().flat_map(|c| c.rows.iter().cloned()).collect();
+                let checks: Vec<Option<&IfCurrent>> = calls.iter().flat_map(|c| c.rows.iter().map(|_| c.if_current.as_ref())).collect();
+                let query = bind_audit_arrays(sqlx::query(PG_RELAXED_CHECKED_AUDIT), &rows)
+                    .bind(checks.iter().map(|c| c.map(|i| i.journey_id.as_str())).collect::<Vec<_>>())
+                    .bind(checks.iter().map(|c| c.map(|i| super::i64_of(i.version))).collect::<Vec<_>>())
+                    .bind(LearningJourney::TYPE);
+                let refused = super::on_pg!(s, pool => query.fetch_all(pool).await?);
+                refused.iter().map(|r| r.try_get::<String, _>("call_id")).collect::<Result<_, _>>()?
             }
-        }
-        Ok(())
+        };
+        Ok(calls.iter().map(|c| c.if_current.is_none() || c.rows.first().is_none_or(|r| !refused.contains(&r.call_id))).collect())
     }
 }

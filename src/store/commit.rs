@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use super::audit::insert_audit_rows;
+use super::audit::{bind_audit_arrays, insert_audit_rows};
 use super::{i64_of, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
 
 /// Everything one command writes.
@@ -109,34 +109,28 @@ impl Store {
         let view = commit.view.as_ref();
         let snapshot = commit.snapshot.as_ref();
         let audit = &commit.audit;
-        let query = sqlx::query(PG_COMMIT)
-            .bind(aggregate_type)
-            .bind(aggregate_id)
-            .bind(commit.request_id.as_deref())
-            .bind(first)
-            .bind(last)
-            .bind(events.iter().map(|e| i64_of(e.sequence as u64)).collect::<Vec<_>>())
-            .bind(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
-            .bind(events.iter().map(|e| e.event_version.as_str()).collect::<Vec<_>>())
-            .bind(events.iter().map(|e| e.payload.to_string()).collect::<Vec<_>>())
-            .bind(events.iter().map(|e| e.metadata.to_string()).collect::<Vec<_>>())
-            .bind(view.map(|(id, _, _)| id.as_str()))
-            .bind(view.map(|(_, version, _)| i64_of(*version)))
-            .bind(view.map(|(_, _, payload)| payload.to_string()))
-            .bind(snapshot.map(|(id, _)| id.as_str()))
-            .bind(snapshot.map(|_| SNAPSHOT_SCHEMA))
-            .bind(snapshot.map(|(_, snap)| i64_of(snap.version)))
-            .bind(snapshot.map(|(_, snap)| snap.chain_hash.as_str()))
-            .bind(snapshot.map(|(_, snap)| snap.state.to_string()))
-            .bind(audit.iter().map(|a| a.call_id.as_str()).collect::<Vec<_>>())
-            .bind(audit.iter().map(|a| a.phase).collect::<Vec<_>>())
-            .bind(audit.iter().map(|a| a.writer).collect::<Vec<_>>())
-            .bind(audit.iter().map(|a| a.tool.as_str()).collect::<Vec<_>>())
-            .bind(audit.iter().map(|a| a.journey_id.as_deref()).collect::<Vec<_>>())
-            .bind(audit.iter().map(|a| a.code).collect::<Vec<_>>())
-            .bind(audit.iter().map(|a| a.events_appended).collect::<Vec<_>>())
-            .bind(audit.iter().map(|a| a.duration_ms).collect::<Vec<_>>())
-            .bind(audit.iter().map(|a| a.at_ms).collect::<Vec<_>>());
+        let query = bind_audit_arrays(
+            sqlx::query(PG_COMMIT)
+                .bind(aggregate_type)
+                .bind(aggregate_id)
+                .bind(commit.request_id.as_deref())
+                .bind(first)
+                .bind(last)
+                .bind(events.iter().map(|e| i64_of(e.sequence as u64)).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| e.event_version.as_str()).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| e.payload.to_string()).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| e.metadata.to_string()).collect::<Vec<_>>())
+                .bind(view.map(|(id, _, _)| id.as_str()))
+                .bind(view.map(|(_, version, _)| i64_of(*version)))
+                .bind(view.map(|(_, _, payload)| payload.to_string()))
+                .bind(snapshot.map(|(id, _)| id.as_str()))
+                .bind(snapshot.map(|_| SNAPSHOT_SCHEMA))
+                .bind(snapshot.map(|(_, snap)| i64_of(snap.version)))
+                .bind(snapshot.map(|(_, snap)| snap.chain_hash.as_str()))
+                .bind(snapshot.map(|(_, snap)| snap.state.to_string())),
+            audit,
+        );
         // A request id the stream holds (the idempotency key) or a sequence number another
         // writer took is a taken key: the whole statement is refused.
         let row = super::on_pg!(s, pool => query.fetch_one(pool).await).map_err(commit_error)?;

@@ -18,7 +18,7 @@ pub(crate) mod projector;
 mod snapshots;
 mod views;
 
-pub use audit::{AuditRow, AuditRun, ToolCallRow};
+pub use audit::{AuditCall, AuditRow, AuditRun, IfCurrent, ToolCallRow};
 pub use commit::Commit;
 pub(crate) use events::{row_to_event, EVENT_COLUMNS};
 pub use events::{KeyMismatch, StoredEvent};

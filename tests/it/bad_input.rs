@@ -144,7 +144,7 @@ async fn arbitrary_tool_arguments_get_a_stable_code_and_change_nothing(t: Arc<Te
             total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             handle.block_on(async {
                 let before = app.store.stream_heads().await.map_err(|e| TestCaseError::fail(format!("{e}")))?;
-                let outcome = dispatch(&app, &principal, Tool::named(tool).expect("a listed tool"), args.clone(), None).await;
+                let outcome = dispatch(&app, &principal, Tool::named(tool).expect("a listed tool"), args.clone(), None, false).await;
                 let after = app.store.stream_heads().await.map_err(|e| TestCaseError::fail(format!("{e}")))?;
                 match outcome {
                     Err(Failure { error, .. }) => {

@@ -905,7 +905,7 @@ async fn a_write_is_decided_on_the_logs_state_when_another_instance_moved_the_jo
     assert_eq!(done["stateVersion"], now["stateVersion"], "the result is the committed state: {done}");
     assert!(now["stateVersion"].as_u64().unwrap() > seen);
     // Having seen another writer, this instance reads the log before each write on the journey.
-    assert!(t.app.cached_for_write(&journey).is_none(), "a journey written elsewhere is validated before writes");
+    assert!(t.app.cached_copy(&journey).is_none(), "a journey written elsewhere is validated before writes");
     // And a caller whose version is behind the log's is refused with the log's facts.
     switch_autopilot_elsewhere(&other, &journey).await;
     let head = other.load_journey(&journey).await.unwrap().state.version;
@@ -920,7 +920,7 @@ async fn a_write_is_decided_on_the_logs_state_when_another_instance_moved_the_jo
     let b = coach(&t).await;
     let journey_b = journey_of(&t, &b).await;
     let ctx = b.ctx(&t).await;
-    assert!(t.app.cached_for_write(&journey_b).is_some(), "an unshared journey is written on the cached copy");
+    assert!(t.app.cached_copy(&journey_b).is_some(), "an unshared journey is written on the cached copy");
     let token = ctx["settings"]["options"][1]["payload"]["optionToken"].as_str().unwrap().to_owned();
     switch_autopilot_elsewhere(&other, &journey_b).await;
     refused(&t, &b, "choose_skillpilot_option", json!({"option": {"optionToken": token}}), "OPTION_INVALID").await;
@@ -938,6 +938,36 @@ async fn a_write_is_decided_on_the_logs_state_when_another_instance_moved_the_jo
     assert!(!err, "the session is active by the log's last event: {done}");
 
     assert_eq!(t.app.audit_verify().await.unwrap().broken, None);
+    other.store.close().await;
+}
+
+/// ADR 0011: a context read answers from this instance's copy of the journey, and its audit rows
+/// are written only while the log still ends where the copy does. When another instance has moved
+/// the journey on, the read is answered once more from the log — and audited once, not twice.
+async fn a_context_read_shows_another_instances_write_though_this_one_holds_an_older_copy(t: Arc<TestApp>) {
+    let other = t.another_process().await;
+    let c = coach(&t).await;
+    let journey = journey_of(&t, &c).await;
+    let v = c.ctx(&t).await["stateVersion"].as_u64().unwrap();
+    assert!(t.app.cached_copy(&journey).is_some(), "this instance holds a copy of the journey");
+    let audited = |calls: &[(String, String, String, Option<String>)], phase: &str| {
+        calls.iter().filter(|(tool, p, _, _)| tool == "get_skillpilot_learning_context" && p == phase).count()
+    };
+    let before = t.app.store.tool_calls().await.unwrap();
+
+    switch_autopilot_elsewhere(&other, &journey).await;
+    let head = other.load_journey(&journey).await.unwrap();
+    assert_eq!(head.state.version, v + 1);
+    let now = c.ctx(&t).await;
+    assert_eq!(now["stateVersion"], head.state.version, "the read shows the log, not the older copy here: {now}");
+    let after = t.app.store.tool_calls().await.unwrap();
+    assert_eq!(audited(&after, "started"), audited(&before, "started") + 1, "one call, one `started`");
+    assert_eq!(audited(&after, "completed"), audited(&before, "completed") + 1, "one call, one exit");
+
+    // A read on a copy the log agrees with answers from it, as before.
+    let again = c.ctx(&t).await;
+    assert_eq!(again["stateVersion"], head.state.version);
+    assert_eq!(audited(&t.app.store.tool_calls().await.unwrap(), "started"), audited(&before, "started") + 2);
     other.store.close().await;
 }
 
@@ -965,6 +995,7 @@ both_stores!(
     the_first_goals_picture_follows_the_wish_to_begin_and_only_issued_pairs_render,
     every_tool_writes_its_own_started_and_one_exit,
     a_write_is_decided_on_the_logs_state_when_another_instance_moved_the_journey_past_this_ones_cache,
+    a_context_read_shows_another_instances_write_though_this_one_holds_an_older_copy,
 );
 
 /// A handler stuck behind a database lock: the dispatcher answers `INTERNAL` after the timeout

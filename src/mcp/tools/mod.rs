@@ -39,6 +39,7 @@ use crate::app::tokens::SessionSealer;
 use crate::app::App;
 use crate::error::AppError;
 use crate::registry::{Exit, Kind, Manifest, Need, Role, ToolMeta};
+use crate::store::IfCurrent;
 
 /// The UI resource the picture tool is bound to.
 pub const WIDGET_URI: &str = "ui://skillpilot/goal-picture.html";
@@ -322,7 +323,7 @@ impl Call<'_> {
     }
 
     fn output(&self, structured: Structured, summary: &'static str, events_appended: usize) -> ToolOutput {
-        ToolOutput { structured, summary, meta: None, events_appended, journey_id: Some(self.journey_id().to_owned()) }
+        ToolOutput { structured, summary, meta: None, events_appended, journey_id: Some(self.journey_id().to_owned()), if_current: None }
     }
 }
 
@@ -354,10 +355,10 @@ fn decided_by_state(err: &AppError) -> bool {
 }
 
 /// Resolves the session for a tool that requires the id.
-async fn session_of(app: &App, principal: &Principal, args: &Value, for_write: bool) -> Result<ActiveSession, AppError> {
+async fn session_of(app: &App, principal: &Principal, args: &Value, unread: bool) -> Result<ActiveSession, AppError> {
     match args.get("learningSessionId") {
         None | Some(Value::Null) => Err(AppError::SessionRequired),
-        Some(Value::String(token)) => app.resolve_session(principal, token, for_write).await,
+        Some(Value::String(token)) => app.resolve_session(principal, token, unread).await,
         Some(_) => Err(AppError::SessionInvalid),
     }
 }
@@ -370,15 +371,19 @@ async fn session_of(app: &App, principal: &Principal, args: &Value, for_write: b
 /// A write first decides on this process's cached journey without reading the log (ADR 0009):
 /// a commit on it proves it current (the commit's sequence numbers are taken otherwise); any
 /// other outcome — a refusal, a no-op — stands only if the log's tail agrees, else the call runs
-/// once more on the state read from the log.
+/// once more on the state read from the log. A read with an audit identity answers from the copy
+/// too (ADR 0011): its answer carries [`ToolOutput::if_current`], which the audit write checks —
+/// unless `validated`, when the caller wants the log read first (a checked read came back refused).
 pub async fn dispatch(
     app: &Arc<App>,
     principal: &Principal,
     tool: Tool,
     args: Value,
     audit: Option<CallAudit>,
+    validated: bool,
 ) -> Result<ToolOutput, Failure> {
-    if tool.def().meta.kind == Kind::Write {
+    let may_use_copy = tool.def().meta.kind == Kind::Write || audit.is_some();
+    if may_use_copy && !validated {
         if let Some(outcome) = dispatch_once(app, principal, tool, args.clone(), audit.clone(), true).await {
             return outcome;
         }
@@ -416,8 +421,12 @@ async fn dispatch_once(
         return Some(Err(fail(e, &locale, journey)));
     }
     let call = Call { app, session: &session, tool, audit, settled: AtomicBool::new(false) };
-    let handled = tool.handle(&call, args).await;
-    if !session.validated && !call.settled.load(Ordering::Relaxed) {
+    let mut handled = tool.handle(&call, args).await;
+    let unread = !session.validated && !call.settled.load(Ordering::Relaxed);
+    if let (true, Kind::Read, Ok(output)) = (unread, tool.def().meta.kind, &mut handled) {
+        // A read's answer from the copy: the audit write checks the log's head (ADR 0011).
+        output.if_current = Some(IfCurrent { journey_id: session.row.journey_id.clone(), version: session.loaded.state.version });
+    } else if unread {
         // Decided on an unread state and committed nothing: that outcome holds only if the log
         // is where the state was (a read error leaves the outcome as it is).
         if let Ok(now) = app.load_journey(&session.row.journey_id).await {

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::{Call, Tool};
 use crate::app::journeys::Executed;
 use crate::error::AppError;
+use crate::store::IfCurrent;
 
 /// What a handler produced: the structured result, a short summary, widget data, and what
 /// the audit records.
@@ -25,6 +26,9 @@ pub struct ToolOutput {
     pub events_appended: usize,
     /// The journey, for the audit.
     pub journey_id: Option<String>,
+    /// A read answered from this process's copy of the journey: its audit rows, and so the
+    /// answer, stand only if the log still ends there (ADR 0011).
+    pub if_current: Option<IfCurrent>,
 }
 
 /// The kinds of `structuredContent`.
