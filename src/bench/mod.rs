@@ -239,6 +239,15 @@ async fn new_learner(app: &App) -> anyhow::Result<String> {
     Ok(new_journey(app).await?.0)
 }
 
+/// `n` new learners with started sessions: their bearer tokens.
+async fn new_learners(app: &App, n: usize) -> anyhow::Result<Vec<String>> {
+    let mut tokens = Vec::with_capacity(n);
+    for _ in 0..n {
+        tokens.push(new_learner(app).await?);
+    }
+    Ok(tokens)
+}
+
 /// A new learner with a started session: its bearer token and its journey.
 async fn new_journey(app: &App) -> anyhow::Result<(String, String)> {
     let token = app.create_learner("bench").await.map_err(|e| anyhow::anyhow!("learner: {}", e.code()))?;
@@ -306,10 +315,7 @@ async fn load(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration
 /// Context reads only: the read capacity at a concurrency, each coach reading its own journey.
 async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration) -> anyhow::Result<Value> {
     let samples = Arc::new(Mutex::new(Samples::default()));
-    let mut coaches = Vec::new();
-    for _ in 0..concurrency {
-        coaches.push(new_learner(app).await?);
-    }
+    let coaches = new_learners(app, concurrency).await?;
     let deadline = Instant::now() + duration;
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -339,10 +345,7 @@ async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Du
 /// authentication as the tool calls, so every layer in front of a tool runs (HTTP, the origin
 /// and JSON-RPC gates, the token, rmcp) and nothing behind it (no tool, no store).
 async fn pings(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration) -> anyhow::Result<Value> {
-    let mut tokens = Vec::new();
-    for _ in 0..concurrency {
-        tokens.push(new_learner(app).await?);
-    }
+    let tokens = new_learners(app, concurrency).await?;
     let deadline = Instant::now() + duration;
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -778,10 +781,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
 
     // Peak RSS with many journeys, each read once through the server.
     let rss_before = server.peak_rss_kib();
-    let mut tokens = Vec::with_capacity(options.rss_journeys);
-    for _ in 0..options.rss_journeys {
-        tokens.push(new_learner(&app).await?);
-    }
+    let tokens = new_learners(&app, options.rss_journeys).await?;
     let mut read_ok = 0usize;
     let http = reqwest::Client::new();
     for token in &tokens {
