@@ -5,7 +5,8 @@
 //! transaction was committing and writes them in one transaction with a savepoint each — one
 //! flush for the batch, one failure rejects only its own command. Audit rows that belong to no
 //! commit (reads, refusals, the dispatcher's exits) ride along, or are written without waiting
-//! for their flush when no commit is queued.
+//! for their flush when no commit is queued; the rows of a read answered from the cached journey
+//! are written only if its log still ends there, judged after the batch's commits (ADR 0011).
 
 use std::sync::Arc;
 
