@@ -81,65 +81,51 @@ impl Writer {
 }
 
 async fn write_batch(store: &Store, batch: Vec<Item>) {
-    let mut commits = Vec::new();
-    let mut calls = Vec::new();
-    let mut audit_acks = Vec::new();
+    let (mut commits, mut audits) = (Vec::new(), Vec::new());
     for item in batch {
         match item {
             Item::Commit { commit, ack } => commits.push((commit, ack)),
-            Item::Audit { call, ack } => {
-                calls.push(call);
-                audit_acks.push(ack);
-            }
+            Item::Audit { call, ack } => audits.push((call, ack)),
         }
     }
     if !commits.is_empty() {
         // Unchecked rows ride in the batch's transaction; a checked read's rows are judged after
         // it, against the heads the batch's commits leave.
-        let riding: Vec<ToolCallRow> = calls.iter().filter(|c| c.if_current.is_none()).flat_map(|c| c.rows.iter().cloned()).collect();
+        let (checked, riding): (Vec<_>, Vec<_>) = audits.into_iter().partition(|(call, _)| call.if_current.is_some());
+        let rows: Vec<ToolCallRow> = riding.iter().flat_map(|(call, _)| call.rows.iter().cloned()).collect();
         let units: Vec<&Commit> = commits.iter().map(|(c, _)| c).collect();
-        let outcome = store.commit_batch(&units, &riding).await;
-        if let Err(e) = &outcome {
-            tracing::warn!(error = %e, commits = units.len(), "a batched commit failed");
-        }
-        let failed = outcome.as_ref().err().cloned();
-        match outcome {
+        let written = match store.commit_batch(&units, &rows).await {
             Ok(outcomes) => {
                 for ((_, ack), outcome) in commits.into_iter().zip(outcomes) {
                     let _ = ack.send(outcome);
                 }
+                Ok(true)
             }
             Err(e) => {
+                tracing::warn!(error = %e, commits = units.len(), "a batched commit failed");
                 for (_, ack) in commits {
                     let _ = ack.send(Err(e.clone()));
                 }
+                Err(e)
             }
+        };
+        for (_, ack) in riding {
+            let _ = ack.send(written.clone());
         }
-        let mut checked = Vec::new();
-        let mut checked_acks = Vec::new();
-        for (call, ack) in calls.into_iter().zip(audit_acks) {
-            match (&call.if_current, &failed) {
-                (None, None) => drop(ack.send(Ok(true))),
-                (None, Some(e)) => drop(ack.send(Err(e.clone()))),
-                (Some(_), _) => {
-                    checked.push(call);
-                    checked_acks.push(ack);
-                }
-            }
-        }
-        (calls, audit_acks) = (checked, checked_acks);
-        if calls.is_empty() {
+        audits = checked;
+        if audits.is_empty() {
             return;
         }
     }
+    let (calls, acks): (Vec<AuditCall>, Vec<_>) = audits.into_iter().unzip();
     match store.write_audit(&calls).await {
         Ok(written) => {
-            for (ack, written) in audit_acks.into_iter().zip(written) {
+            for (ack, written) in acks.into_iter().zip(written) {
                 let _ = ack.send(Ok(written));
             }
         }
         Err(e) => {
-            for ack in audit_acks {
+            for ack in acks {
                 let _ = ack.send(Err(e.clone()));
             }
         }

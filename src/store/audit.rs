@@ -289,14 +289,13 @@ impl Store {
                 tx.commit().await?;
                 refused
             }
-            Self::Postgres(s) if calls.iter().all(|c| c.if_current.is_none()) => {
-                let rows: Vec<ToolCallRow> = calls.iter().flat_map(|c| c.rows.iter().cloned()).collect();
-                let query = bind_audit_arrays(sqlx::query(PG_RELAXED_AUDIT), &rows);
-                super::on_pg!(s, pool => query.execute(pool).await?);
-                std::collections::HashSet::new()
-            }
             Self::Postgres(s) => {
                 let rows: Vec<ToolCallRow> = calls.iter().flat_map(|c| c.rows.iter().cloned()).collect();
+                if calls.iter().all(|c| c.if_current.is_none()) {
+                    let query = bind_audit_arrays(sqlx::query(PG_RELAXED_AUDIT), &rows);
+                    super::on_pg!(s, pool => query.execute(pool).await?);
+                    return Ok(vec![true; calls.len()]);
+                }
                 let checks: Vec<Option<&IfCurrent>> = calls.iter().flat_map(|c| c.rows.iter().map(|_| c.if_current.as_ref())).collect();
                 let query = bind_audit_arrays(sqlx::query(PG_RELAXED_CHECKED_AUDIT), &rows)
                     .bind(checks.iter().map(|c| c.map(|i| i.journey_id.as_str())).collect::<Vec<_>>())
