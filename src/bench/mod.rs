@@ -147,10 +147,9 @@ struct Coach {
 }
 
 impl Coach {
-    async fn call(&mut self, tool: &str, mut args: Value, samples: &Mutex<Samples>) -> Option<Value> {
-        if let Some(sid) = &self.sid {
-            args["learningSessionId"] = json!(sid);
-        }
+    /// One JSON-RPC request to the MCP endpoint as a coach sends it: the answer's body, if any,
+    /// and the seconds until its headers arrived.
+    async fn rpc(&self, request: &Value) -> (Option<Value>, f64) {
         let started = Instant::now();
         let response = self
             .http
@@ -158,14 +157,23 @@ impl Coach {
             .bearer_auth(&self.token)
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2025-11-25")
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}}))
+            .json(request)
             .send()
             .await;
         let elapsed = started.elapsed().as_secs_f64();
-        let body: Option<Value> = match response {
+        let body = match response {
             Ok(r) => r.json().await.ok(),
             Err(_) => None,
         };
+        (body, elapsed)
+    }
+
+    async fn call(&mut self, tool: &str, mut args: Value, samples: &Mutex<Samples>) -> Option<Value> {
+        if let Some(sid) = &self.sid {
+            args["learningSessionId"] = json!(sid);
+        }
+        let (body, elapsed) =
+            self.rpc(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}})).await;
         let mut s = samples.lock().await;
         let result = body.as_ref().map(|b| b["result"].clone()).filter(|r| r.is_object());
         match &result {
@@ -350,26 +358,14 @@ async fn pings(app: &Arc<App>, base: &str, concurrency: usize, duration: Duratio
     let started = Instant::now();
     let mut tasks = Vec::new();
     for token in tokens {
-        let base = base.to_owned();
+        let coach = Coach { http: reqwest::Client::new(), base: base.to_owned(), token, sid: None };
         tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::new();
             let (mut answered, mut failed) = (Vec::new(), 0usize);
+            let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
             while Instant::now() < deadline {
-                let t = Instant::now();
-                let response = http
-                    .post(format!("{base}/mcp"))
-                    .bearer_auth(&token)
-                    .header("accept", "application/json, text/event-stream")
-                    .header("mcp-protocol-version", "2025-11-25")
-                    .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
-                    .send()
-                    .await;
-                let body: Option<Value> = match response {
-                    Ok(r) => r.json().await.ok(),
-                    Err(_) => None,
-                };
+                let (body, elapsed) = coach.rpc(&ping).await;
                 if body.as_ref().is_some_and(|b| b["result"].is_object()) {
-                    answered.push(t.elapsed().as_secs_f64());
+                    answered.push(elapsed);
                 } else {
                     failed += 1;
                 }
