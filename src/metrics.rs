@@ -37,6 +37,31 @@ pub struct Metrics {
     cpu_seconds: Counter<f64, AtomicU64>,
     rss_bytes: Gauge,
     open_fds: Gauge,
+    commits: CommitMetrics,
+}
+
+/// The write path's batching (ADR 0006, 0012): a handle the writer keeps; it counts into the
+/// application's registry.
+#[derive(Clone, Debug)]
+pub struct CommitMetrics {
+    /// Commands per commit transaction attempted (one statement on PostgreSQL, one transaction
+    /// with a savepoint each on SQLite).
+    per_transaction: Histogram,
+    /// Commands of a batch refused alone (their savepoint rolled back on SQLite; on PostgreSQL
+    /// the batch's statement was refused and the command failed when rerun alone).
+    refused_in_batch: Counter,
+}
+
+impl CommitMetrics {
+    /// Counts a commit transaction of `commands` commands.
+    pub fn transaction(&self, commands: usize) {
+        self.per_transaction.observe(commands as f64);
+    }
+
+    /// Counts a command of a batch that was refused alone.
+    pub fn refused_in_batch(&self) {
+        self.refused_in_batch.inc();
+    }
 }
 
 /// What the store's pool looks like at a scrape.
@@ -75,6 +100,18 @@ impl Default for Metrics {
         registry.register("db_pool_connections", "Database pool connections by state (idle, busy)", pool_connections.clone());
         registry.register("db_pool_max_connections", "The database pool's configured maximum", pool_max.clone());
         registry.register("db_pool_acquire_timeouts", "Pool acquisitions that waited past the acquire timeout", pool_timeouts.clone());
+        let commits =
+            CommitMetrics { per_transaction: Histogram::new(exponential_buckets(1.0, 2.0, 9)), refused_in_batch: Counter::default() };
+        registry.register(
+            "commit_transaction_commands",
+            "Commands per commit transaction (concurrent commands share one)",
+            commits.per_transaction.clone(),
+        );
+        registry.register(
+            "commit_batch_refused_commands",
+            "Commands refused alone inside a shared commit transaction",
+            commits.refused_in_batch.clone(),
+        );
         let (cpu_seconds, rss_bytes, open_fds) = (Counter::<f64, AtomicU64>::default(), Gauge::default(), Gauge::default());
         // Standard names, as every Prometheus client library exports them.
         let mut outer = Registry::default();
@@ -97,11 +134,17 @@ impl Default for Metrics {
             cpu_seconds,
             rss_bytes,
             open_fds,
+            commits,
         }
     }
 }
 
 impl Metrics {
+    /// The write path's handle on its series.
+    pub fn commits(&self) -> CommitMetrics {
+        self.commits.clone()
+    }
+
     /// Counts a command and its latency.
     pub fn command(&self, command: &'static str, outcome: &'static str, seconds: f64) {
         self.commands.get_or_create(&vec![("command", command.to_owned()), ("outcome", outcome.to_owned())]).inc();

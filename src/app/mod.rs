@@ -162,7 +162,8 @@ impl App {
         };
         catalog.publish(&store, clock.now().timestamp_millis()).await?;
         let store = Arc::new(store);
-        let writer = writer::Writer::start(store.clone());
+        let metrics = crate::metrics::Metrics::default();
+        let writer = writer::Writer::start(store.clone(), metrics.commits());
         let registry = Registry::start(tools, &lock);
         let settings_cache = settings.journey_cache;
         let (journeys, principals) = (Bounded::new(settings_cache), Bounded::new(settings_cache));
@@ -181,7 +182,7 @@ impl App {
             registry,
             projector_lock: tokio::sync::Mutex::new(()),
             instance_id: uuid::Uuid::new_v4().to_string(),
-            metrics: Default::default(),
+            metrics,
             journeys,
             idp,
             outbound,

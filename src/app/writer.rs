@@ -1,17 +1,22 @@
 //! The write path's commits (ADR 0006). A command's events, view row, snapshot and tool-call
-//! audit rows are one commit: on PostgreSQL one statement from the caller's task (concurrent
-//! commands share flushes through the server's group commit); on SQLite, whose single writer
-//! serializes commits anyway, one writer task takes every commit queued while its previous
-//! transaction was committing and writes them in one transaction with a savepoint each — one
-//! flush for the batch, one failure rejects only its own command. Audit rows that belong to no
+//! audit rows are one commit, and concurrent commands share one transaction and one flush:
+//! on SQLite, whose single writer serializes commits anyway, one writer task takes every
+//! commit queued while its previous transaction was committing and writes them in one
+//! transaction with a savepoint each, so one failure rejects only its own command; on
+//! PostgreSQL a commit task keeps at most [`PG_COMMITS_IN_FLIGHT`] statements running and sends
+//! the commits queued meanwhile as one statement (ADR 0012) — all or nothing, so a refused
+//! batch is rerun command by command and each gets its own outcome. Audit rows that belong to no
 //! commit (reads, refusals, the dispatcher's exits) ride along, or are written without waiting
 //! for their flush when no commit is queued; the rows of a read answered from the cached journey
 //! are written only if its log still ends there, judged after the batch's commits (ADR 0011).
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use std::collections::HashSet;
 
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::metrics::CommitMetrics;
 use crate::store::{AuditCall, Commit, IfCurrent, Store, StoreError, ToolCallRow};
 
 enum Item {
@@ -19,13 +24,24 @@ enum Item {
     Audit { call: AuditCall, ack: oneshot::Sender<Result<bool, StoreError>> },
 }
 
+type CommitAck = oneshot::Sender<Result<(), StoreError>>;
+
 /// The handle to the writer task; dropping the last handle ends the task.
 pub struct Writer {
     tx: mpsc::Sender<Item>,
-    store: Arc<Store>,
+    /// PostgreSQL's commit task (none on SQLite, whose commits the writer task batches).
+    pg_commits: Option<mpsc::Sender<(Commit, CommitAck)>>,
 }
 
 const MAX_BATCH: usize = 256;
+
+/// Commit statements in flight on PostgreSQL. Commits that arrive while one is running wait and
+/// go together in the next: the fewer in flight, the larger the batches (each statement and
+/// transaction has a fixed cost on the server, which on a busy machine is most of a commit's)
+/// but the longer a commit may wait — at most one statement's time, as on SQLite's single
+/// writer. One cost the least CPU per command and gave the most writes/s at 16 coaches,
+/// measured against two and four (docs/performance.md, ADR 0012).
+pub(crate) const PG_COMMITS_IN_FLIGHT: usize = 1;
 
 fn stopped() -> StoreError {
     StoreError::Unavailable("the writer stopped".into())
@@ -33,9 +49,9 @@ fn stopped() -> StoreError {
 
 impl Writer {
     /// Starts the writer task on a store.
-    pub fn start(store: Arc<Store>) -> Self {
+    pub fn start(store: Arc<Store>, metrics: CommitMetrics) -> Self {
         let (tx, mut rx) = mpsc::channel::<Item>(4096);
-        let writer_store = store.clone();
+        let (writer_store, writer_metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
@@ -45,19 +61,20 @@ impl Writer {
                         Err(_) => break,
                     }
                 }
-                write_batch(&writer_store, batch).await;
+                write_batch(&writer_store, &writer_metrics, batch).await;
             }
         });
-        Self { tx, store }
+        let pg_commits = matches!(*store, Store::Postgres(_)).then(|| start_pg_commits(store, metrics));
+        Self { tx, pg_commits }
     }
 
     /// Commits one command's writes; returns once they are durable.
     pub async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        if matches!(*self.store, Store::Postgres(_)) {
-            return self.store.commit_pg(&commit).await;
-        }
         let (ack, done) = oneshot::channel();
-        self.tx.send(Item::Commit { commit, ack }).await.map_err(|_| stopped())?;
+        match &self.pg_commits {
+            Some(pg) => pg.send((commit, ack)).await.map_err(|_| stopped())?,
+            None => self.tx.send(Item::Commit { commit, ack }).await.map_err(|_| stopped())?,
+        }
         done.await.unwrap_or_else(|_| Err(stopped()))
     }
 
@@ -80,7 +97,7 @@ impl Writer {
     }
 }
 
-async fn write_batch(store: &Store, batch: Vec<Item>) {
+async fn write_batch(store: &Store, metrics: &CommitMetrics, batch: Vec<Item>) {
     let (mut commits, mut audits) = (Vec::new(), Vec::new());
     for item in batch {
         match item {
@@ -94,9 +111,14 @@ async fn write_batch(store: &Store, batch: Vec<Item>) {
         let (checked, riding): (Vec<_>, Vec<_>) = audits.into_iter().partition(|(call, _)| call.if_current.is_some());
         let rows: Vec<ToolCallRow> = riding.iter().flat_map(|(call, _)| call.rows.iter().cloned()).collect();
         let units: Vec<&Commit> = commits.iter().map(|(c, _)| c).collect();
+        let shared = units.len() > 1;
+        metrics.transaction(units.len());
         let written = match store.commit_batch(&units, &rows).await {
             Ok(outcomes) => {
                 for ((_, ack), outcome) in commits.into_iter().zip(outcomes) {
+                    if outcome.is_err() && shared {
+                        metrics.refused_in_batch();
+                    }
                     let _ = ack.send(outcome);
                 }
                 Ok(true)
@@ -127,6 +149,89 @@ async fn write_batch(store: &Store, batch: Vec<Item>) {
         Err(e) => {
             for ack in acks {
                 let _ = ack.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Starts PostgreSQL's commit task: it takes a permit for a statement, then every commit queued
+/// by then, and commits them on a task of their own.
+fn start_pg_commits(store: Arc<Store>, metrics: CommitMetrics) -> mpsc::Sender<(Commit, CommitAck)> {
+    let (tx, mut rx) = mpsc::channel::<(Commit, CommitAck)>(4096);
+    tokio::spawn(async move {
+        let in_flight = Arc::new(Semaphore::new(PG_COMMITS_IN_FLIGHT));
+        loop {
+            let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
+            let Some(first) = rx.recv().await else { return };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(item) => batch.push(item),
+                    Err(_) => break,
+                }
+            }
+            let (store, metrics) = (store.clone(), metrics.clone());
+            tokio::spawn(async move {
+                commit_pg_batch(&store, &metrics, batch).await;
+                drop(permit);
+            });
+        }
+    });
+    tx
+}
+
+/// What a commit writes that no other commit of its statement may write too: its stream, its
+/// view row and its snapshot (PostgreSQL refuses to upsert one row twice in a statement).
+fn keys_of(commit: &Commit) -> impl Iterator<Item = String> + '_ {
+    let stream = commit.events.first().map(|e| format!("stream {} {}", e.aggregate_type, e.aggregate_id));
+    let view = commit.view.as_ref().map(|(id, _, _)| format!("view {id}"));
+    let snapshot = commit.snapshot.as_ref().map(|(id, _)| format!("snapshot {id}"));
+    stream.into_iter().chain(view).chain(snapshot)
+}
+
+/// Commits a batch on PostgreSQL in as few statements as its keys allow. Commands are sorted by
+/// their keys, so concurrent statements take their row locks in one order (no deadlock between
+/// them); commands that share a key (a retry racing its original) go in separate statements.
+async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, mut batch: Vec<(Commit, CommitAck)>) {
+    batch.sort_by_cached_key(|(commit, _)| keys_of(commit).collect::<Vec<_>>());
+    let mut rounds: Vec<(HashSet<String>, Vec<(Commit, CommitAck)>)> = Vec::new();
+    for (commit, ack) in batch {
+        let keys: Vec<String> = keys_of(&commit).collect();
+        match rounds.iter_mut().find(|(taken, _)| keys.iter().all(|k| !taken.contains(k))) {
+            Some((taken, round)) => {
+                taken.extend(keys);
+                round.push((commit, ack));
+            }
+            None => rounds.push((keys.into_iter().collect(), vec![(commit, ack)])),
+        }
+    }
+    for (_, round) in rounds {
+        let units: Vec<&Commit> = round.iter().map(|(c, _)| c).collect();
+        metrics.transaction(units.len());
+        match store.commit_pg(&units).await {
+            Ok(()) => {
+                for (_, ack) in round {
+                    let _ = ack.send(Ok(()));
+                }
+            }
+            // The statement wrote nothing; a taken key, a refused value or any other error of
+            // one command's rows is that command's alone, so each is committed on its own.
+            // An unreachable database is every command's (an exact retry is safe).
+            Err(e) if units.len() > 1 && !matches!(e, StoreError::Unavailable(_)) => {
+                tracing::debug!(error = %e, commits = units.len(), "a batched commit was refused; committing its commands one by one");
+                for (commit, ack) in round {
+                    metrics.transaction(1);
+                    let outcome = store.commit_pg(&[&commit]).await;
+                    if outcome.is_err() {
+                        metrics.refused_in_batch();
+                    }
+                    let _ = ack.send(outcome);
+                }
+            }
+            Err(e) => {
+                for (_, ack) in round {
+                    let _ = ack.send(Err(e.clone()));
+                }
             }
         }
     }

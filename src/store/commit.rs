@@ -32,33 +32,35 @@ pub struct Commit {
     pub audit: Vec<ToolCallRow>,
 }
 
+/// The commits of a batch of concurrent commands on PostgreSQL as one statement: the rows of
+/// every command as `unnest` arrays, so one statement text serves any batch and a batch of one.
+/// A command without a request id has no key row; one without a view row or a snapshot has none
+/// of those rows.
 const PG_COMMIT: &str = "
 WITH request AS (
     INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence)
-    SELECT CAST($1 AS text), CAST($2 AS text), CAST($3 AS text), CAST($4 AS bigint), CAST($5 AS bigint)
-    WHERE CAST($3 AS text) IS NOT NULL
+    SELECT * FROM unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS text[]), CAST($4 AS bigint[]), CAST($5 AS bigint[]))
 ), ev AS (
     INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
-    SELECT CAST($1 AS text), CAST($2 AS text), e.sequence, e.event_type, e.event_version, CAST(e.payload AS json), CAST(e.metadata AS json)
-    FROM unnest(CAST($6 AS bigint[]), CAST($7 AS text[]), CAST($8 AS text[]), CAST($9 AS text[]), CAST($10 AS text[]))
-        AS e(sequence, event_type, event_version, payload, metadata)
+    SELECT e.aggregate_type, e.aggregate_id, e.sequence, e.event_type, e.event_version, CAST(e.payload AS json), CAST(e.metadata AS json)
+    FROM unnest(CAST($6 AS text[]), CAST($7 AS text[]), CAST($8 AS bigint[]), CAST($9 AS text[]), CAST($10 AS text[]),
+        CAST($11 AS text[]), CAST($12 AS text[]))
+        AS e(aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
     RETURNING 1
 ), view_row AS (
     INSERT INTO journey_context_view (view_id, version, payload)
-    SELECT CAST($11 AS text), CAST($12 AS bigint), CAST($13 AS text)
-    WHERE CAST($11 AS text) IS NOT NULL
+    SELECT * FROM unnest(CAST($13 AS text[]), CAST($14 AS bigint[]), CAST($15 AS text[]))
     ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
     WHERE journey_context_view.version < excluded.version
 ), snapshot_row AS (
     INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state)
-    SELECT CAST($14 AS text), CAST($15 AS bigint), CAST($16 AS bigint), CAST($17 AS text), CAST($18 AS text)
-    WHERE CAST($14 AS text) IS NOT NULL
+    SELECT * FROM unnest(CAST($16 AS text[]), CAST($17 AS bigint[]), CAST($18 AS bigint[]), CAST($19 AS text[]), CAST($20 AS text[]))
     ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
     WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema
 ), audit_rows AS (
     INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
-    SELECT * FROM unnest(CAST($19 AS text[]), CAST($20 AS text[]), CAST($21 AS text[]), CAST($22 AS text[]), CAST($23 AS text[]),
-        CAST($24 AS text[]), CAST($25 AS bigint[]), CAST($26 AS bigint[]), CAST($27 AS bigint[]))
+    SELECT * FROM unnest(CAST($21 AS text[]), CAST($22 AS text[]), CAST($23 AS text[]), CAST($24 AS text[]), CAST($25 AS text[]),
+        CAST($26 AS text[]), CAST($27 AS bigint[]), CAST($28 AS bigint[]), CAST($29 AS bigint[]))
     ON CONFLICT DO NOTHING
 )
 SELECT COUNT(*) AS appended FROM ev";
@@ -99,39 +101,45 @@ fn stream_of(commit: &Commit) -> Result<(&str, &str, i64, i64), StoreError> {
 }
 
 impl Store {
-    /// Commits one command on PostgreSQL: one statement, one transaction, one flush. Every
-    /// value is its own typed parameter (arrays for the rows), so nothing is parsed twice and
-    /// the plan has no lookup for the planner to get wrong.
-    pub(crate) async fn commit_pg(&self, commit: &Commit) -> Result<(), StoreError> {
+    /// Commits a batch of concurrent commands on PostgreSQL: one statement, one transaction,
+    /// one flush for all of them; a batch of one is a single command's commit. Every value is
+    /// its own typed parameter (arrays for the rows), so nothing is parsed twice and the plan has
+    /// no lookup for the planner to get wrong. The statement is all or nothing: the writer hands
+    /// it commands on distinct streams, and reruns each alone when a batch is refused.
+    pub(crate) async fn commit_pg(&self, commits: &[&Commit]) -> Result<(), StoreError> {
         let Self::Postgres(s) = self else { return Err(StoreError::Database("commit_pg on a SQLite store".into())) };
-        let (aggregate_type, aggregate_id, first, last) = stream_of(commit)?;
-        let events = &commit.events;
-        let view = commit.view.as_ref();
-        let snapshot = commit.snapshot.as_ref();
-        let audit = &commit.audit;
+        let streams = commits.iter().map(|c| stream_of(c)).collect::<Result<Vec<_>, _>>()?;
+        let keyed: Vec<(&(&str, &str, i64, i64), &str)> =
+            streams.iter().zip(commits).filter_map(|(stream, c)| c.request_id.as_deref().map(|r| (stream, r))).collect();
+        let events: Vec<&StoredEvent> = commits.iter().flat_map(|c| &c.events).collect();
+        let views: Vec<&(String, u64, Value)> = commits.iter().filter_map(|c| c.view.as_ref()).collect();
+        let snapshots: Vec<&(String, Snapshot)> = commits.iter().filter_map(|c| c.snapshot.as_ref()).collect();
+        let audit: Vec<ToolCallRow> = commits.iter().flat_map(|c| c.audit.iter().cloned()).collect();
         let query = bind_audit_arrays(
             sqlx::query(PG_COMMIT)
-                .bind(aggregate_type)
-                .bind(aggregate_id)
-                .bind(commit.request_id.as_deref())
-                .bind(first)
-                .bind(last)
+                .bind(keyed.iter().map(|((t, _, _, _), _)| *t).collect::<Vec<_>>())
+                .bind(keyed.iter().map(|((_, id, _, _), _)| *id).collect::<Vec<_>>())
+                .bind(keyed.iter().map(|(_, request_id)| *request_id).collect::<Vec<_>>())
+                .bind(keyed.iter().map(|((_, _, first, _), _)| *first).collect::<Vec<_>>())
+                .bind(keyed.iter().map(|((_, _, _, last), _)| *last).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| e.aggregate_type.as_str()).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| e.aggregate_id.as_str()).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| i64_of(e.sequence as u64)).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| e.event_version.as_str()).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| e.payload.to_string()).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| e.metadata.to_string()).collect::<Vec<_>>())
-                .bind(view.map(|(id, _, _)| id.as_str()))
-                .bind(view.map(|(_, version, _)| i64_of(*version)))
-                .bind(view.map(|(_, _, payload)| payload.to_string()))
-                .bind(snapshot.map(|(id, _)| id.as_str()))
-                .bind(snapshot.map(|_| SNAPSHOT_SCHEMA))
-                .bind(snapshot.map(|(_, snap)| i64_of(snap.version)))
-                .bind(snapshot.map(|(_, snap)| snap.chain_hash.as_str()))
-                .bind(snapshot.map(|(_, snap)| snap.state.to_string())),
-            audit,
+                .bind(views.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>())
+                .bind(views.iter().map(|(_, version, _)| i64_of(*version)).collect::<Vec<_>>())
+                .bind(views.iter().map(|(_, _, payload)| payload.to_string()).collect::<Vec<_>>())
+                .bind(snapshots.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>())
+                .bind(snapshots.iter().map(|_| SNAPSHOT_SCHEMA).collect::<Vec<_>>())
+                .bind(snapshots.iter().map(|(_, snap)| i64_of(snap.version)).collect::<Vec<_>>())
+                .bind(snapshots.iter().map(|(_, snap)| snap.chain_hash.as_str()).collect::<Vec<_>>())
+                .bind(snapshots.iter().map(|(_, snap)| snap.state.to_string()).collect::<Vec<_>>()),
+            &audit,
         );
-        // A request id the stream holds (the idempotency key) or a sequence number another
+        // A request id a stream holds (the idempotency key) or a sequence number another
         // writer took is a taken key: the whole statement is refused.
         let row = super::on_pg!(s, pool => query.fetch_one(pool).await).map_err(commit_error)?;
         let appended: i64 = sqlx::Row::try_get(&row, "appended")?;

@@ -79,7 +79,106 @@ async fn a_retry_storm_over_http_has_one_effect_per_key(t: Arc<TestApp>) {
     }
 }
 
-crate::both_stores!(sixty_four_clients_on_one_version_get_exactly_one_success, a_retry_storm_over_http_has_one_effect_per_key);
+/// A hold on the database's write path from outside the app: PostgreSQL's `events` table locked,
+/// SQLite's write lock taken; released on `release`.
+enum WriteHold {
+    Postgres(sqlx::PgConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl WriteHold {
+    async fn take(t: &TestApp) -> Self {
+        use sqlx::Connection;
+        match t.backend {
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&t.db_url).await.unwrap();
+                for statement in ["BEGIN", "LOCK TABLE events IN ACCESS EXCLUSIVE MODE"] {
+                    sqlx::query(statement).execute(&mut conn).await.unwrap();
+                }
+                Self::Postgres(conn)
+            }
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", t.db_url)).await.unwrap();
+                sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await.unwrap();
+                Self::Sqlite(conn)
+            }
+        }
+    }
+
+    async fn release(self) {
+        match self {
+            Self::Postgres(mut conn) => drop(sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap()),
+            Self::Sqlite(mut conn) => drop(sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap()),
+        }
+    }
+}
+
+/// ADR 0012: commands that wait while a commit is being written share the next transaction. A
+/// command refused in it — here one that lost its version to the commit ahead — is refused
+/// alone; every other command of the shared transaction is committed, exactly once.
+async fn a_command_refused_in_a_shared_commit_rejects_only_itself(t: Arc<TestApp>) {
+    let mut coaches = Vec::new();
+    for _ in 0..8 {
+        let c = coach(&t).await;
+        let v = c.ctx(&t).await["stateVersion"].clone();
+        coaches.push((c, v));
+    }
+    let complete = |i: usize, key: u64| {
+        let (t, token, sid, v) = (t.clone(), coaches[i].0.token.clone(), coaches[i].0.sid.clone(), coaches[i].1.clone());
+        tokio::spawn(async move {
+            let args = json!({"learningSessionId": sid, "expectedStateVersion": v, "clientRequestId": format!("22222222-0000-4000-8000-{key:012}"),
+                              "decision": {"evidence": "guided", "consent": "closeOnly"}});
+            call(&t, &token, "complete_skillpilot_goal", args).await
+        })
+    };
+    let hold = WriteHold::take(&t).await;
+    // The first learner's command is decided and waits in the store behind the hold...
+    let ahead = complete(0, 0);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    // ...a second one on the same version, and one of each other learner, queue behind it.
+    let racer = complete(0, 1);
+    let others: Vec<_> = (1..8).map(|i| complete(i, 10 + i as u64)).collect();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    hold.release().await;
+
+    let (err, body) = ahead.await.unwrap();
+    assert!(!err, "{body}");
+    let (err, body) = racer.await.unwrap();
+    assert!(err, "{body}");
+    assert_eq!(body["error"]["code"], "STATE_CONFLICT", "{body}");
+    for other in others {
+        let (err, body) = other.await.unwrap();
+        assert!(!err, "every other command of the shared commit is committed: {body}");
+    }
+    let mut completed = std::collections::BTreeMap::<String, usize>::new();
+    t.app
+        .list_events(&Default::default(), |e| {
+            if e["eventType"] == "GoalCompleted" {
+                *completed.entry(e["aggregateId"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(completed.len(), 8, "one completion per learner: {completed:?}");
+    assert!(completed.values().all(|n| *n == 1), "{completed:?}");
+    // The queued commands did share one transaction, and only the racer was refused in it.
+    let text = t.http.get(format!("{}/metrics", t.base_url)).send().await.unwrap().text().await.unwrap();
+    let series = |name: &str| -> f64 {
+        text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or_else(|| panic!("{name} in {text}"))
+    };
+    assert_eq!(series("skillpilot_commit_batch_refused_commands_total "), 1.0);
+    assert!(
+        series("skillpilot_commit_transaction_commands_bucket{le=\"+Inf\"} ")
+            > series("skillpilot_commit_transaction_commands_bucket{le=\"4.0\"} "),
+        "a transaction of more than four commands: {text}"
+    );
+}
+
+crate::both_stores!(
+    sixty_four_clients_on_one_version_get_exactly_one_success,
+    a_retry_storm_over_http_has_one_effect_per_key,
+    a_command_refused_in_a_shared_commit_rejects_only_itself
+);
 crate::through_pgbouncer!(sixty_four_clients_on_one_version_get_exactly_one_success, a_retry_storm_over_http_has_one_effect_per_key);
 
 struct Server(std::process::Child, String);
