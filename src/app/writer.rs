@@ -25,6 +25,8 @@ enum Item {
 }
 
 type CommitAck = oneshot::Sender<Result<(), StoreError>>;
+/// Commits that go in one statement, with the keys they write.
+type Round = (HashSet<String>, Vec<(Commit, CommitAck)>);
 
 /// The handle to the writer task; dropping the last handle ends the task.
 pub struct Writer {
@@ -194,7 +196,7 @@ fn keys_of(commit: &Commit) -> impl Iterator<Item = String> + '_ {
 /// them); commands that share a key (a retry racing its original) go in separate statements.
 async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, mut batch: Vec<(Commit, CommitAck)>) {
     batch.sort_by_cached_key(|(commit, _)| keys_of(commit).collect::<Vec<_>>());
-    let mut rounds: Vec<(HashSet<String>, Vec<(Commit, CommitAck)>)> = Vec::new();
+    let mut rounds: Vec<Round> = Vec::new();
     for (commit, ack) in batch {
         let keys: Vec<String> = keys_of(&commit).collect();
         match rounds.iter_mut().find(|(taken, _)| keys.iter().all(|k| !taken.contains(k))) {

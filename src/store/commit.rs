@@ -109,8 +109,8 @@ impl Store {
     pub(crate) async fn commit_pg(&self, commits: &[&Commit]) -> Result<(), StoreError> {
         let Self::Postgres(s) = self else { return Err(StoreError::Database("commit_pg on a SQLite store".into())) };
         let streams = commits.iter().map(|c| stream_of(c)).collect::<Result<Vec<_>, _>>()?;
-        let keyed: Vec<(&(&str, &str, i64, i64), &str)> =
-            streams.iter().zip(commits).filter_map(|(stream, c)| c.request_id.as_deref().map(|r| (stream, r))).collect();
+        // The commands with a request id: their stream and first and last sequence, and the id.
+        let keyed: Vec<_> = streams.iter().zip(commits).filter_map(|(stream, c)| c.request_id.as_deref().map(|r| (stream, r))).collect();
         let events: Vec<&StoredEvent> = commits.iter().flat_map(|c| &c.events).collect();
         let views: Vec<&(String, u64, Value)> = commits.iter().filter_map(|c| c.view.as_ref()).collect();
         let snapshots: Vec<&(String, Snapshot)> = commits.iter().filter_map(|c| c.snapshot.as_ref()).collect();
