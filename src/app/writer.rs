@@ -3,9 +3,9 @@
 //! on SQLite, whose single writer serializes commits anyway, one writer task takes every
 //! commit queued while its previous transaction was committing and writes them in one
 //! transaction with a savepoint each, so one failure rejects only its own command; on
-//! PostgreSQL a commit task keeps at most [`PG_COMMITS_IN_FLIGHT`] statements running and sends
-//! the commits queued meanwhile as one statement (ADR 0012) — all or nothing, so a refused
-//! batch is rerun command by command and each gets its own outcome. Audit rows that belong to no
+//! PostgreSQL a commit task writes one statement at a time and sends the commits queued
+//! meanwhile as the next one (ADR 0012) — all or nothing, so a refused batch is rerun command by
+//! command and each gets its own outcome. Audit rows that belong to no
 //! commit (reads, refusals, the dispatcher's exits) ride along, or are written without waiting
 //! for their flush when no commit is queued; the rows of a read answered from the cached journey
 //! are written only if its log still ends there, judged after the batch's commits (ADR 0011).
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use std::collections::HashSet;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::CommitMetrics;
 use crate::store::{AuditCall, Commit, IfCurrent, Store, StoreError, ToolCallRow};
@@ -37,13 +37,18 @@ pub struct Writer {
 
 const MAX_BATCH: usize = 256;
 
-/// Commit statements in flight on PostgreSQL. Commits that arrive while one is running wait and
-/// go together in the next: the fewer in flight, the larger the batches (each statement and
-/// transaction has a fixed cost on the server, which on a busy machine is most of a commit's)
-/// but the longer a commit may wait — at most one statement's time, as on SQLite's single
-/// writer. One cost the least CPU per command and gave the most writes/s at 16 coaches,
-/// measured against two and four (docs/performance.md, ADR 0012).
-pub(crate) const PG_COMMITS_IN_FLIGHT: usize = 1;
+/// The next batch: waits for one item, then takes every item already queued (at most
+/// `MAX_BATCH`); `None` once every handle is gone.
+async fn next_batch<T>(rx: &mut mpsc::Receiver<T>) -> Option<Vec<T>> {
+    let mut batch = vec![rx.recv().await?];
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(item) => batch.push(item),
+            Err(_) => break,
+        }
+    }
+    Some(batch)
+}
 
 fn stopped() -> StoreError {
     StoreError::Unavailable("the writer stopped".into())
@@ -55,14 +60,7 @@ impl Writer {
         let (tx, mut rx) = mpsc::channel::<Item>(4096);
         let (writer_store, writer_metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(item) => batch.push(item),
-                        Err(_) => break,
-                    }
-                }
+            while let Some(batch) = next_batch(&mut rx).await {
                 write_batch(&writer_store, &writer_metrics, batch).await;
             }
         });
@@ -156,27 +154,17 @@ async fn write_batch(store: &Store, metrics: &CommitMetrics, batch: Vec<Item>) {
     }
 }
 
-/// Starts PostgreSQL's commit task: it takes a permit for a statement, then every commit queued
-/// by then, and commits them on a task of their own.
+/// Starts PostgreSQL's commit task: one statement at a time, each with every commit queued
+/// while the one before it ran. Each statement and transaction has a fixed cost on the server,
+/// most of a commit's on a busy machine, so the larger the batches the better; the price is that
+/// a commit may wait one statement's time, as on SQLite's single writer. Against two and four
+/// statements in flight, one cost the least CPU per command and gave the most writes/s at 16
+/// coaches (docs/performance.md, ADR 0012).
 fn start_pg_commits(store: Arc<Store>, metrics: CommitMetrics) -> mpsc::Sender<(Commit, CommitAck)> {
     let (tx, mut rx) = mpsc::channel::<(Commit, CommitAck)>(4096);
     tokio::spawn(async move {
-        let in_flight = Arc::new(Semaphore::new(PG_COMMITS_IN_FLIGHT));
-        loop {
-            let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
-            let Some(first) = rx.recv().await else { return };
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(item) => batch.push(item),
-                    Err(_) => break,
-                }
-            }
-            let (store, metrics) = (store.clone(), metrics.clone());
-            tokio::spawn(async move {
-                commit_pg_batch(&store, &metrics, batch).await;
-                drop(permit);
-            });
+        while let Some(batch) = next_batch(&mut rx).await {
+            commit_pg_batch(&store, &metrics, batch).await;
         }
     });
     tx
