@@ -57,41 +57,31 @@ pub struct AuditRun {
     pub broken_at: Option<String>,
 }
 
-/// The columns of an audit row, in the order `insert_audit_rows!` binds them.
+/// The columns of an audit row, in the order the inserts take them.
 macro_rules! audit_columns {
     () => {
         "call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms"
     };
 }
 
-/// One multi-row insert of audit rows (never empty), dropping a second exit of a call (a late
-/// handler after the dispatcher's) by the unique index; a macro because the builder is typed
-/// by the backend. With a head and a tail, the rows are the `VALUES` list between them.
-macro_rules! insert_audit_rows {
-    ($rows:expr) => {
-        $crate::store::audit::insert_audit_rows!(
-            $rows,
-            concat!("INSERT INTO tool_calls (", $crate::store::audit::audit_columns!(), ") "),
-            ""
-        )
-    };
-    ($rows:expr, $head:expr, $tail:expr) => {{
-        let mut insert = sqlx::QueryBuilder::new($head);
-        insert.push_values($rows, |mut b, a: &ToolCallRow| {
-            b.push_bind(a.call_id.clone())
-                .push_bind(a.phase)
-                .push_bind(a.writer)
-                .push_bind(a.tool.clone())
-                .push_bind(a.journey_id.clone())
-                .push_bind(a.code)
-                .push_bind(a.events_appended)
-                .push_bind(a.duration_ms)
-                .push_bind(a.at_ms);
-        });
-        insert.push($tail);
-        insert.push(" ON CONFLICT DO NOTHING");
-        insert
-    }};
+/// Audit rows on SQLite as one statement over a JSON array of rows (`json_each`, the columns in
+/// `audit_columns!` order, as `audit_row` gives them): one statement text for any number of
+/// rows. A second exit of a call (a late handler after the dispatcher's) is dropped by the
+/// unique index. (`WHERE true` is SQLite's rule for an upsert over a `SELECT`.)
+pub(crate) const SQLITE_AUDIT: &str = concat!(
+    "INSERT INTO tool_calls (",
+    audit_columns!(),
+    ")
+SELECT a.value ->> 0, a.value ->> 1, a.value ->> 2, a.value ->> 3, a.value ->> 4, a.value ->> 5, a.value ->> 6, a.value ->> 7, a.value ->> 8
+FROM json_each($1) AS a WHERE true ON CONFLICT DO NOTHING"
+);
+
+/// An audit row as `SQLITE_AUDIT` reads it (one element of its JSON array).
+pub(crate) type AuditJson<'a> = (&'a str, &'a str, &'a str, &'a str, Option<&'a str>, Option<&'a str>, i64, Option<i64>, i64);
+
+/// The columns of an audit row, in `audit_columns!` order.
+pub(crate) fn audit_row(a: &ToolCallRow) -> AuditJson<'_> {
+    (&a.call_id, a.phase, a.writer, &a.tool, a.journey_id.as_deref(), a.code, a.events_appended, a.duration_ms, a.at_ms)
 }
 
 /// The audit rows of `write_audit` on PostgreSQL as one statement: its own transaction does not
@@ -134,7 +124,6 @@ const PG_RELAXED_CHECKED_AUDIT: &str = concat!(
 )
 SELECT DISTINCT call_id FROM judged WHERE NOT current"
 );
-pub(crate) use {audit_columns, insert_audit_rows};
 
 /// Binds the nine audit columns of `rows` as arrays, in `audit_columns!` order, after the
 /// parameters already bound (PostgreSQL's multi-row statements take rows as `unnest` arrays).
@@ -260,31 +249,31 @@ impl Store {
                 // no writer — of this process or another — moves a head between its check and
                 // the rows written against it.
                 let mut tx = s.relaxed.begin_with("BEGIN IMMEDIATE").await?;
-                let mut heads = std::collections::HashMap::new();
-                let mut refused = std::collections::HashSet::new();
-                for check in calls.iter().filter_map(|c| c.if_current.as_ref().map(|i| (c, i))) {
-                    let (call, IfCurrent { journey_id, version }) = check;
-                    let head = match heads.get(journey_id) {
-                        Some(head) => *head,
-                        None => {
-                            let head: i64 = sqlx::query_scalar(
-                                "SELECT COALESCE(MAX(sequence), 0) FROM events WHERE aggregate_type = $1 AND aggregate_id = $2",
-                            )
-                            .bind(LearningJourney::TYPE)
-                            .bind(journey_id)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                            heads.insert(journey_id.clone(), head);
-                            head
-                        }
-                    };
-                    if head != super::i64_of(*version) {
-                        refused.extend(call.rows.iter().map(|r| r.call_id.clone()));
-                    }
-                }
-                let rows: Vec<&ToolCallRow> = calls.iter().flat_map(|c| &c.rows).filter(|r| !refused.contains(&r.call_id)).collect();
+                // Every checked journey's head in one statement.
+                let journeys: std::collections::BTreeSet<&str> =
+                    calls.iter().filter_map(|c| c.if_current.as_ref()).map(|i| i.journey_id.as_str()).collect();
+                let heads: std::collections::HashMap<String, i64> = if journeys.is_empty() {
+                    Default::default()
+                } else {
+                    sqlx::query_as(
+                        "SELECT j.value, COALESCE((SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $1 AND e.aggregate_id = j.value), 0)
+                         FROM json_each($2) AS j",
+                    )
+                    .bind(LearningJourney::TYPE)
+                    .bind(super::json_rows(journeys)?)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .into_iter()
+                    .collect()
+                };
+                let refused: std::collections::HashSet<String> = calls
+                    .iter()
+                    .filter(|c| c.if_current.as_ref().is_some_and(|i| heads.get(&i.journey_id) != Some(&super::i64_of(i.version))))
+                    .flat_map(|c| c.rows.iter().map(|r| r.call_id.clone()))
+                    .collect();
+                let rows: Vec<_> = calls.iter().flat_map(|c| &c.rows).filter(|r| !refused.contains(&r.call_id)).map(audit_row).collect();
                 if !rows.is_empty() {
-                    insert_audit_rows!(rows.iter().copied()).build().execute(&mut *tx).await?;
+                    sqlx::query(SQLITE_AUDIT).bind(super::json_rows(rows)?).execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
                 refused

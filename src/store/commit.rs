@@ -13,8 +13,8 @@
 
 use serde_json::Value;
 
-use super::audit::{bind_audit_arrays, insert_audit_rows};
-use super::{i64_of, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
+use super::audit::{audit_row, bind_audit_arrays, SQLITE_AUDIT};
+use super::{i64_of, json_rows, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
 
 /// Everything one command writes.
 #[derive(Clone, Debug)]
@@ -32,11 +32,27 @@ pub struct Commit {
     pub audit: Vec<ToolCallRow>,
 }
 
+/// A view row only moves forward (a late commit of an older state leaves it).
+macro_rules! view_upsert_tail {
+    () => {
+        " ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
+     WHERE journey_context_view.version < excluded.version"
+    };
+}
+/// A snapshot only moves forward, or to a new schema.
+macro_rules! snapshot_upsert_tail {
+    () => {
+        " ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
+     WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema"
+    };
+}
+
 /// The commits of a batch of concurrent commands on PostgreSQL as one statement: the rows of
 /// every command as `unnest` arrays, so one statement text serves any batch and a batch of one.
 /// A command without a request id has no key row; one without a view row or a snapshot has none
 /// of those rows.
-const PG_COMMIT: &str = "
+const PG_COMMIT: &str = concat!(
+    "
 WITH request AS (
     INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence)
     SELECT * FROM unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS text[]), CAST($4 AS bigint[]), CAST($5 AS bigint[]))
@@ -49,31 +65,43 @@ WITH request AS (
     RETURNING 1
 ), view_row AS (
     INSERT INTO journey_context_view (view_id, version, payload)
-    SELECT * FROM unnest(CAST($13 AS text[]), CAST($14 AS bigint[]), CAST($15 AS text[]))
-    ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
-    WHERE journey_context_view.version < excluded.version
+    SELECT * FROM unnest(CAST($13 AS text[]), CAST($14 AS bigint[]), CAST($15 AS text[]))",
+    view_upsert_tail!(),
+    "
 ), snapshot_row AS (
     INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state)
-    SELECT * FROM unnest(CAST($16 AS text[]), CAST($17 AS bigint[]), CAST($18 AS bigint[]), CAST($19 AS text[]), CAST($20 AS text[]))
-    ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
-    WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema
+    SELECT * FROM unnest(CAST($16 AS text[]), CAST($17 AS bigint[]), CAST($18 AS bigint[]), CAST($19 AS text[]), CAST($20 AS text[]))",
+    snapshot_upsert_tail!(),
+    "
 ), audit_rows AS (
     INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
     SELECT * FROM unnest(CAST($21 AS text[]), CAST($22 AS text[]), CAST($23 AS text[]), CAST($24 AS text[]), CAST($25 AS text[]),
         CAST($26 AS text[]), CAST($27 AS bigint[]), CAST($28 AS bigint[]), CAST($29 AS bigint[]))
     ON CONFLICT DO NOTHING
 )
-SELECT COUNT(*) AS appended FROM ev";
+SELECT COUNT(*) AS appended FROM ev"
+);
 
-const SQLITE_REQUEST: &str =
-    "INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence) VALUES ($1, $2, $3, $4, $5)";
-const SQLITE_EVENT: &str = "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7)";
-const VIEW_UPSERT: &str = "INSERT INTO journey_context_view (view_id, version, payload) VALUES ($1, $2, $3)
-     ON CONFLICT (view_id) DO UPDATE SET version = excluded.version, payload = excluded.payload
-     WHERE journey_context_view.version < excluded.version";
-const SNAPSHOT_UPSERT: &str = "INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state) VALUES ($1, $2, $3, $4, $5)
-     ON CONFLICT (journey_id) DO UPDATE SET schema = excluded.schema, version = excluded.version, chain_hash = excluded.chain_hash, state = excluded.state
-     WHERE journey_snapshots.version < excluded.version OR journey_snapshots.schema <> excluded.schema";
+/// SQLite's statements for a whole batch: each takes every command's rows of its table as one
+/// JSON array of rows (`json_each`; a column is `->> i`, a payload travels as a JSON string and
+/// comes back as its exact text), so one statement text serves any batch and a batch costs five
+/// statements instead of six or more per command. (`WHERE true` is SQLite's rule for an upsert
+/// over a `SELECT`.)
+const SQLITE_BATCH_REQUESTS: &str = "INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence)
+    SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4 FROM json_each($1) AS r";
+const SQLITE_BATCH_EVENTS: &str = "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
+    SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4, e.value ->> 5, e.value ->> 6 FROM json_each($1) AS e";
+const SQLITE_BATCH_VIEWS: &str = concat!(
+    "INSERT INTO journey_context_view (view_id, version, payload)
+    SELECT v.value ->> 0, v.value ->> 1, v.value ->> 2 FROM json_each($1) AS v WHERE true",
+    view_upsert_tail!()
+);
+const SQLITE_BATCH_SNAPSHOTS: &str = concat!(
+    "INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state)
+    SELECT n.value ->> 0, n.value ->> 1, n.value ->> 2, n.value ->> 3, n.value ->> 4 FROM json_each($1) AS n WHERE true",
+    snapshot_upsert_tail!()
+);
+
 /// Whether a database error is a taken key (PostgreSQL 23505; SQLite's primary-key or unique
 /// constraint, extended codes 1555 and 2067).
 fn is_taken_key(err: &sqlx::Error) -> bool {
@@ -150,69 +178,37 @@ impl Store {
     }
 
     /// Commits a batch of concurrent commands on SQLite, plus audit rows that ride along, in
-    /// one transaction (one flush): a savepoint per command, so a command whose sequence number
-    /// is taken is rolled back alone.
+    /// one transaction (one flush). First all together, five statements for the batch; when
+    /// that is refused (a taken key, a refused value), the transaction is rolled back and the
+    /// batch is written again with a savepoint per command, so a command whose sequence number
+    /// or request id is taken is rolled back alone.
     /// Returns each command's outcome; `Err` when the transaction itself failed.
     pub(crate) async fn commit_batch(&self, commits: &[&Commit], rows: &[ToolCallRow]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let Self::Sqlite(s) = self else { return Err(StoreError::Database("commit_batch on a PostgreSQL store".into())) };
         // The write turn, as every SQLite write takes it (`on_writer!`): the batch waits here,
         // not in SQLite's busy handler, while a projector or identity write holds the database.
         let _turn = s.writer.lock().await;
+        let streams: Vec<_> = commits.iter().map(|c| stream_of(c)).collect();
+        if streams.iter().all(Result::is_ok) {
+            let mut tx = s.pool.begin().await?;
+            match write_sqlite_rows(&mut tx, commits, rows).await {
+                Ok(()) => {
+                    tx.commit().await?;
+                    return Ok(commits.iter().map(|_| Ok(())).collect());
+                }
+                Err(e) if !matches!(e, sqlx::Error::Database(_)) => return Err(e.into()),
+                Err(_) => tx.rollback().await?,
+            }
+        }
         let mut tx = s.pool.begin().await?;
         let mut outcomes = Vec::with_capacity(commits.len());
-        for commit in commits {
-            let (aggregate_type, aggregate_id, first, last) = match stream_of(commit) {
-                Ok(stream) => stream,
-                Err(e) => {
-                    outcomes.push(Err(e));
-                    continue;
-                }
-            };
-            let mut savepoint = sqlx::Connection::begin(&mut *tx).await?;
-            let written: Result<(), sqlx::Error> = async {
-                if let Some(request_id) = &commit.request_id {
-                    // A request id the stream holds is refused by the key (a taken key).
-                    sqlx::query(SQLITE_REQUEST)
-                        .bind(aggregate_type)
-                        .bind(aggregate_id)
-                        .bind(request_id)
-                        .bind(first)
-                        .bind(last)
-                        .execute(&mut *savepoint)
-                        .await?;
-                }
-                for e in &commit.events {
-                    sqlx::query(SQLITE_EVENT)
-                        .bind(&e.aggregate_type)
-                        .bind(&e.aggregate_id)
-                        .bind(i64_of(e.sequence as u64))
-                        .bind(&e.event_type)
-                        .bind(&e.event_version)
-                        .bind(e.payload.to_string())
-                        .bind(e.metadata.to_string())
-                        .execute(&mut *savepoint)
-                        .await?;
-                }
-                if let Some((id, version, payload)) = &commit.view {
-                    sqlx::query(VIEW_UPSERT).bind(id).bind(i64_of(*version)).bind(payload.to_string()).execute(&mut *savepoint).await?;
-                }
-                if let Some((id, snap)) = &commit.snapshot {
-                    sqlx::query(SNAPSHOT_UPSERT)
-                        .bind(id)
-                        .bind(SNAPSHOT_SCHEMA)
-                        .bind(i64_of(snap.version))
-                        .bind(&snap.chain_hash)
-                        .bind(snap.state.to_string())
-                        .execute(&mut *savepoint)
-                        .await?;
-                }
-                if !commit.audit.is_empty() {
-                    insert_audit_rows!(&commit.audit).build().execute(&mut *savepoint).await?;
-                }
-                Ok(())
+        for (commit, stream) in commits.iter().zip(streams) {
+            if let Err(e) = stream {
+                outcomes.push(Err(e));
+                continue;
             }
-            .await;
-            match written {
+            let mut savepoint = sqlx::Connection::begin(&mut *tx).await?;
+            match write_sqlite_rows(&mut savepoint, &[commit], &[]).await {
                 Ok(()) => {
                     savepoint.commit().await?;
                     outcomes.push(Ok(()));
@@ -224,9 +220,125 @@ impl Store {
             }
         }
         if !rows.is_empty() {
-            insert_audit_rows!(rows).build().execute(&mut *tx).await?;
+            sqlx::query(SQLITE_AUDIT).bind(json_rows(rows.iter().map(audit_row))?).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(outcomes)
+    }
+}
+
+/// Writes the rows of `commits` (whose streams `stream_of` accepted) and `rows`, each table's
+/// rows in one statement; the first error stops it.
+async fn write_sqlite_rows(conn: &mut sqlx::SqliteConnection, commits: &[&Commit], rows: &[ToolCallRow]) -> Result<(), sqlx::Error> {
+    let mut requests = Vec::new();
+    for commit in commits {
+        if let (Some(request_id), Ok((aggregate_type, aggregate_id, first, last))) = (&commit.request_id, stream_of(commit)) {
+            requests.push((aggregate_type, aggregate_id, request_id.as_str(), first, last));
+        }
+    }
+    // A request id the stream holds is refused by the key (a taken key).
+    if !requests.is_empty() {
+        sqlx::query(SQLITE_BATCH_REQUESTS).bind(json_rows(requests)?).execute(&mut *conn).await?;
+    }
+    let events = commits.iter().flat_map(|c| &c.events).map(|e| {
+        let (payload, metadata) = (e.payload.to_string(), e.metadata.to_string());
+        (&e.aggregate_type, &e.aggregate_id, i64_of(e.sequence as u64), &e.event_type, &e.event_version, payload, metadata)
+    });
+    sqlx::query(SQLITE_BATCH_EVENTS).bind(json_rows(events)?).execute(&mut *conn).await?;
+    let views: Vec<_> = commits.iter().filter_map(|c| c.view.as_ref()).map(|(id, version, payload)| (id, i64_of(*version), payload.to_string())).collect();
+    if !views.is_empty() {
+        sqlx::query(SQLITE_BATCH_VIEWS).bind(json_rows(views)?).execute(&mut *conn).await?;
+    }
+    let snapshots: Vec<_> = commits
+        .iter()
+        .filter_map(|c| c.snapshot.as_ref())
+        .map(|(id, snap)| (id, SNAPSHOT_SCHEMA, i64_of(snap.version), &snap.chain_hash, snap.state.to_string()))
+        .collect();
+    if !snapshots.is_empty() {
+        sqlx::query(SQLITE_BATCH_SNAPSHOTS).bind(json_rows(snapshots)?).execute(&mut *conn).await?;
+    }
+    let audit: Vec<_> = commits.iter().flat_map(|c| &c.audit).chain(rows).map(audit_row).collect();
+    if !audit.is_empty() {
+        sqlx::query(SQLITE_AUDIT).bind(json_rows(audit)?).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{DbUrl, PoolSettings};
+    use sqlx::Row;
+
+    fn event(journey: &str, sequence: usize, payload: Value) -> StoredEvent {
+        StoredEvent::new(journey.into(), sequence, "T".into(), "E".into(), "1".into(), payload, serde_json::json!({"requestId": "r"}))
+    }
+
+    fn commit(journey: &str, sequence: usize, payload: Value) -> Commit {
+        let row = ToolCallRow {
+            call_id: format!("call-{journey}-{sequence}"),
+            phase: "completed",
+            writer: "handler",
+            tool: "tool".into(),
+            journey_id: None,
+            code: None,
+            events_appended: 1,
+            duration_ms: Some(3),
+            at_ms: 1_700_000_000_000,
+        };
+        Commit {
+            request_id: Some(format!("r-{sequence}")),
+            events: vec![event(journey, sequence, payload.clone())],
+            view: Some((journey.into(), sequence as u64, payload.clone())),
+            snapshot: Some((journey.into(), Snapshot { version: sequence as u64, chain_hash: "h".into(), state: payload })),
+            audit: vec![row],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_batch_stores_every_value_as_its_exact_text_and_refuses_a_taken_key_alone() {
+        let path = std::env::temp_dir().join(format!("skillpilot-commit-{}.db", uuid::Uuid::new_v4()));
+        let store = Store::connect(&DbUrl::Sqlite(path.display().to_string()), &PoolSettings::default()).await.unwrap();
+        store.migrate().await.unwrap();
+        // Text that JSON escapes (quotes, backslashes, control characters, a line separator),
+        // text it does not (non-ASCII), and numbers at the edges of their types.
+        let awkward = serde_json::json!({
+            "text": "\"quoted\" \\ back\\slash \n\t\u{0001} \u{2028} é 漢字 🎓 \\u0041",
+            "big": i64::MAX, "small": i64::MIN, "float": 0.1, "nested": [null, true, {"z": 1, "a": 2}]
+        });
+        let (a, b) = (commit("a", 1, awkward.clone()), commit("b", 1, serde_json::json!({"n": 1})));
+        let outcomes = store.commit_batch(&[&a, &b], &[]).await.unwrap();
+        assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+
+        let Store::Sqlite(s) = &store else { unreachable!() };
+        let row = sqlx::query("SELECT e.payload, v.payload AS view, n.state FROM events e, journey_context_view v, journey_snapshots n WHERE e.aggregate_id = 'a' AND v.view_id = 'a' AND n.journey_id = 'a'")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+        for column in ["payload", "view", "state"] {
+            assert_eq!(row.get::<String, _>(column), awkward.to_string(), "{column}");
+        }
+        let audit = sqlx::query("SELECT phase, journey_id, code, duration_ms FROM tool_calls WHERE call_id = 'call-a-1'").fetch_one(&s.pool).await.unwrap();
+        assert_eq!(audit.get::<String, _>("phase"), "completed");
+        assert_eq!(audit.get::<Option<String>, _>("journey_id"), None);
+        assert_eq!(audit.get::<Option<i64>, _>("duration_ms"), Some(3));
+
+        // The same request id on `a` again, next to a fresh command: only the retry is refused,
+        // and the fresh command and the riding audit row are written.
+        let (retry, fresh) = (commit("a", 2, serde_json::json!({})), commit("c", 1, serde_json::json!({})));
+        let mut retry = retry;
+        retry.request_id = Some("r-1".into());
+        let riding = ToolCallRow { call_id: "riding".into(), ..a.audit[0].clone() };
+        let outcomes = store.commit_batch(&[&retry, &fresh], &[riding]).await.unwrap();
+        assert!(matches!(outcomes[0], Err(StoreError::Conflict)), "{outcomes:?}");
+        assert!(outcomes[1].is_ok(), "{outcomes:?}");
+        let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql).fetch_one(&s.pool);
+        assert_eq!(count("SELECT COUNT(*) FROM events WHERE aggregate_id = 'a'").await.unwrap(), 1);
+        assert_eq!(count("SELECT COUNT(*) FROM events WHERE aggregate_id = 'c'").await.unwrap(), 1);
+        assert_eq!(count("SELECT COUNT(*) FROM tool_calls WHERE call_id = 'riding'").await.unwrap(), 1);
+        drop(store);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }

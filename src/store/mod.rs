@@ -279,6 +279,12 @@ async fn migrate_pooled(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError
     run.await.map_err(|e| sqlx::migrate::MigrateError::Source(Box::new(e)))?
 }
 
+/// Rows as one JSON array (each row a JSON array of its columns), the one parameter of a
+/// SQLite statement over `json_each` that writes or reads any number of rows.
+pub(crate) fn json_rows<T: serde::Serialize>(rows: impl IntoIterator<Item = T>) -> Result<String, sqlx::Error> {
+    serde_json::to_string(&rows.into_iter().collect::<Vec<T>>()).map_err(|e| sqlx::Error::Encode(e.into()))
+}
+
 pub(crate) fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
