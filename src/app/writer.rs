@@ -98,30 +98,33 @@ impl Writer {
 }
 
 async fn write_batch(store: &Store, metrics: &CommitMetrics, batch: Vec<Item>) {
-    let (mut commits, mut audits) = (Vec::new(), Vec::new());
+    let (mut commits, mut calls, mut call_acks) = (Vec::new(), Vec::new(), Vec::new());
     for item in batch {
         match item {
             Item::Commit { commit, ack } => commits.push((commit, ack)),
-            Item::Audit { call, ack } => audits.push((call, ack)),
+            Item::Audit { call, ack } => {
+                calls.push(call);
+                call_acks.push(ack);
+            }
         }
     }
-    if !commits.is_empty() {
-        // Unchecked rows ride in the batch's transaction; a checked read's rows are judged after
-        // it, against the heads the batch's commits leave.
-        let (checked, riding): (Vec<_>, Vec<_>) = audits.into_iter().partition(|(call, _)| call.if_current.is_some());
-        let rows: Vec<ToolCallRow> = riding.iter().flat_map(|(call, _)| call.rows.iter().cloned()).collect();
+    let written = if commits.is_empty() {
+        store.write_audit(&calls).await
+    } else {
+        // The calls' rows ride in the batch's transaction; a checked read's are judged after its
+        // commits, against the heads they leave.
         let units: Vec<&Commit> = commits.iter().map(|(c, _)| c).collect();
         let shared = units.len() > 1;
         metrics.transaction(units.len());
-        let written = match store.commit_batch(&units, &rows).await {
-            Ok(outcomes) => {
+        match store.commit_batch(&units, &calls).await {
+            Ok((outcomes, written)) => {
                 for ((_, ack), outcome) in commits.into_iter().zip(outcomes) {
                     if outcome.is_err() && shared {
                         metrics.refused_in_batch();
                     }
                     let _ = ack.send(outcome);
                 }
-                Ok(true)
+                Ok(written)
             }
             Err(e) => {
                 tracing::warn!(error = %e, commits = units.len(), "a batched commit failed");
@@ -130,24 +133,16 @@ async fn write_batch(store: &Store, metrics: &CommitMetrics, batch: Vec<Item>) {
                 }
                 Err(e)
             }
-        };
-        for (_, ack) in riding {
-            let _ = ack.send(written.clone());
         }
-        audits = checked;
-        if audits.is_empty() {
-            return;
-        }
-    }
-    let (calls, acks): (Vec<AuditCall>, Vec<_>) = audits.into_iter().unzip();
-    match store.write_audit(&calls).await {
+    };
+    match written {
         Ok(written) => {
-            for (ack, written) in acks.into_iter().zip(written) {
+            for (ack, written) in call_acks.into_iter().zip(written) {
                 let _ = ack.send(Ok(written));
             }
         }
         Err(e) => {
-            for ack in acks {
+            for ack in call_acks {
                 let _ = ack.send(Err(e.clone()));
             }
         }

@@ -3,6 +3,8 @@
 
 use aggregates::learning_journey::LearningJourney;
 use cqrs_es::Aggregate;
+use std::collections::HashSet;
+
 use sqlx::Row;
 
 use super::{on_pool, on_writer, Store, StoreError};
@@ -64,24 +66,26 @@ macro_rules! audit_columns {
     };
 }
 
-/// Audit rows on SQLite as one statement over a JSON array of rows (`json_each`, the columns in
-/// `audit_columns!` order, as `audit_row` gives them): one statement text for any number of
-/// rows. A second exit of a call (a late handler after the dispatcher's) is dropped by the
-/// unique index. (`WHERE true` is SQLite's rule for an upsert over a `SELECT`.)
-pub(crate) const SQLITE_AUDIT: &str = concat!(
-    "INSERT INTO tool_calls (",
-    audit_columns!(),
-    ")
-SELECT a.value ->> 0, a.value ->> 1, a.value ->> 2, a.value ->> 3, a.value ->> 4, a.value ->> 5, a.value ->> 6, a.value ->> 7, a.value ->> 8
-FROM json_each($1) AS a WHERE true ON CONFLICT DO NOTHING"
-);
+/// An audit row as SQLite's batch statement reads it (one element of its JSON array): the
+/// columns in `audit_columns!` order, then the journey and version its check needs (ADR 0011).
+pub(crate) type AuditJson<'a> =
+    (&'a str, &'a str, &'a str, &'a str, Option<&'a str>, Option<&'a str>, i64, Option<i64>, i64, Option<&'a str>, Option<i64>);
 
-/// An audit row as `SQLITE_AUDIT` reads it (one element of its JSON array).
-pub(crate) type AuditJson<'a> = (&'a str, &'a str, &'a str, &'a str, Option<&'a str>, Option<&'a str>, i64, Option<i64>, i64);
-
-/// The columns of an audit row, in `audit_columns!` order.
-pub(crate) fn audit_row(a: &ToolCallRow) -> AuditJson<'_> {
-    (&a.call_id, a.phase, a.writer, &a.tool, a.journey_id.as_deref(), a.code, a.events_appended, a.duration_ms, a.at_ms)
+/// An audit row as SQLite's batch statement reads it, with its check, if any.
+pub(crate) fn audit_row<'a>(a: &'a ToolCallRow, check: Option<&'a IfCurrent>) -> AuditJson<'a> {
+    (
+        &a.call_id,
+        a.phase,
+        a.writer,
+        &a.tool,
+        a.journey_id.as_deref(),
+        a.code,
+        a.events_appended,
+        a.duration_ms,
+        a.at_ms,
+        check.map(|c| c.journey_id.as_str()),
+        check.map(|c| super::i64_of(c.version)),
+    )
 }
 
 /// The audit rows of `write_audit` on PostgreSQL as one statement: its own transaction does not
@@ -124,6 +128,8 @@ const PG_RELAXED_CHECKED_AUDIT: &str = concat!(
 )
 SELECT DISTINCT call_id FROM judged WHERE NOT current"
 );
+
+pub(crate) use audit_columns;
 
 /// Binds the nine audit columns of `rows` as arrays, in `audit_columns!` order, after the
 /// parameters already bound (PostgreSQL's multi-row statements take rows as `unnest` arrays).
@@ -242,41 +248,16 @@ impl Store {
         if calls.iter().all(|c| c.rows.is_empty()) {
             return Ok(vec![true; calls.len()]);
         }
-        let refused: std::collections::HashSet<String> = match self {
+        match self {
             Self::Sqlite(s) => {
                 let _turn = s.writer.lock().await;
                 // An immediate transaction holds the database's write lock from its first read, so
                 // no writer — of this process or another — moves a head between its check and
                 // the rows written against it.
                 let mut tx = s.relaxed.begin_with("BEGIN IMMEDIATE").await?;
-                // Every checked journey's head in one statement.
-                let journeys: std::collections::BTreeSet<&str> =
-                    calls.iter().filter_map(|c| c.if_current.as_ref()).map(|i| i.journey_id.as_str()).collect();
-                let heads: std::collections::HashMap<String, i64> = if journeys.is_empty() {
-                    Default::default()
-                } else {
-                    sqlx::query_as(
-                        "SELECT j.value, COALESCE((SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $1 AND e.aggregate_id = j.value), 0)
-                         FROM json_each($2) AS j",
-                    )
-                    .bind(LearningJourney::TYPE)
-                    .bind(super::json_rows(journeys)?)
-                    .fetch_all(&mut *tx)
-                    .await?
-                    .into_iter()
-                    .collect()
-                };
-                let refused: std::collections::HashSet<String> = calls
-                    .iter()
-                    .filter(|c| c.if_current.as_ref().is_some_and(|i| heads.get(&i.journey_id) != Some(&super::i64_of(i.version))))
-                    .flat_map(|c| c.rows.iter().map(|r| r.call_id.clone()))
-                    .collect();
-                let rows: Vec<_> = calls.iter().flat_map(|c| &c.rows).filter(|r| !refused.contains(&r.call_id)).map(audit_row).collect();
-                if !rows.is_empty() {
-                    sqlx::query(SQLITE_AUDIT).bind(super::json_rows(rows)?).execute(&mut *tx).await?;
-                }
+                let refused = super::commit::write_sqlite(&mut tx, &[], calls).await?;
                 tx.commit().await?;
-                refused
+                Ok(written_of(calls, &refused))
             }
             Self::Postgres(s) => {
                 let rows: Vec<ToolCallRow> = calls.iter().flat_map(|c| c.rows.iter().cloned()).collect();
@@ -291,9 +272,14 @@ impl Store {
                     .bind(checks.iter().map(|c| c.map(|i| super::i64_of(i.version))).collect::<Vec<_>>())
                     .bind(LearningJourney::TYPE);
                 let refused = super::on_pg!(s, pool => query.fetch_all(pool).await?);
-                refused.iter().map(|r| r.try_get::<String, _>("call_id")).collect::<Result<_, _>>()?
+                let refused: HashSet<String> = refused.iter().map(|r| r.try_get::<String, _>("call_id")).collect::<Result<_, _>>()?;
+                Ok(written_of(calls, &refused))
             }
-        };
-        Ok(calls.iter().map(|c| c.if_current.is_none() || c.rows.first().is_none_or(|r| !refused.contains(&r.call_id))).collect())
+        }
     }
+}
+
+/// Per call, whether its rows were written: all but the calls whose check refused them.
+pub(crate) fn written_of(calls: &[AuditCall], refused: &HashSet<String>) -> Vec<bool> {
+    calls.iter().map(|c| c.if_current.is_none() || c.rows.first().is_none_or(|r| !refused.contains(&r.call_id))).collect()
 }

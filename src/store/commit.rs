@@ -11,10 +11,14 @@
 //! them); a sequence number another writer took first, or a request id the stream already
 //! holds, is [`StoreError::Conflict`].
 
+use std::collections::HashSet;
+
+use aggregates::learning_journey::LearningJourney;
+use cqrs_es::Aggregate;
 use serde_json::Value;
 
-use super::audit::{audit_row, bind_audit_arrays, SQLITE_AUDIT};
-use super::{i64_of, json_rows, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
+use super::audit::{audit_columns, audit_row, bind_audit_arrays, written_of};
+use super::{i64_of, json_rows, AuditCall, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
 
 /// Everything one command writes.
 #[derive(Clone, Debug)]
@@ -82,24 +86,38 @@ WITH request AS (
 SELECT COUNT(*) AS appended FROM ev"
 );
 
-/// SQLite's statements for a whole batch: each takes every command's rows of its table as one
-/// JSON array of rows (`json_each`; a column is `->> i`, a payload travels as a JSON string and
-/// comes back as its exact text), so one statement text serves any batch and a batch costs five
-/// statements instead of six or more per command. (`WHERE true` is SQLite's rule for an upsert
-/// over a `SELECT`.)
-const SQLITE_BATCH_REQUESTS: &str = "INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence)
-    SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4 FROM json_each($1) AS r";
-const SQLITE_BATCH_EVENTS: &str = "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
-    SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4, e.value ->> 5, e.value ->> 6 FROM json_each($1) AS e";
-const SQLITE_BATCH_VIEWS: &str = concat!(
-    "INSERT INTO journey_context_view (view_id, version, payload)
-    SELECT v.value ->> 0, v.value ->> 1, v.value ->> 2 FROM json_each($1) AS v WHERE true",
-    view_upsert_tail!()
-);
-const SQLITE_BATCH_SNAPSHOTS: &str = concat!(
-    "INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state)
-    SELECT n.value ->> 0, n.value ->> 1, n.value ->> 2, n.value ->> 3, n.value ->> 4 FROM json_each($1) AS n WHERE true",
-    snapshot_upsert_tail!()
+/// SQLite's one statement text for the commit path's writes (sqlx runs its statements one
+/// after another in one call to the connection's thread, stopping at the first error): every
+/// command's rows of a table as one JSON array of rows (`json_each`; a column is `->> i`, a
+/// payload travels as a JSON string and comes back as its exact text), so one text serves any
+/// batch, a batch of one and a batch of no commands, and a batch costs one round trip. Then the
+/// audit rows: a checked call's (ADR 0011) only while its journey's log ends at its version,
+/// judged after the batch's events; the last statement returns the calls whose check failed.
+/// (`WHERE true` is SQLite's rule for an upsert over a `SELECT`.)
+const SQLITE_BATCH: &str = concat!(
+    "INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence)
+    SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4 FROM json_each($1) AS r;
+INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
+    SELECT e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4, e.value ->> 5, e.value ->> 6 FROM json_each($2) AS e;
+INSERT INTO journey_context_view (view_id, version, payload)
+    SELECT v.value ->> 0, v.value ->> 1, v.value ->> 2 FROM json_each($3) AS v WHERE true",
+    view_upsert_tail!(),
+    ";
+INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state)
+    SELECT n.value ->> 0, n.value ->> 1, n.value ->> 2, n.value ->> 3, n.value ->> 4 FROM json_each($4) AS n WHERE true",
+    snapshot_upsert_tail!(),
+    ";
+INSERT INTO tool_calls (",
+    audit_columns!(),
+    ")
+    SELECT a.value ->> 0, a.value ->> 1, a.value ->> 2, a.value ->> 3, a.value ->> 4, a.value ->> 5, a.value ->> 6, a.value ->> 7, a.value ->> 8
+    FROM json_each($5) AS a
+    WHERE a.value ->> 9 IS NULL OR a.value ->> 10 = COALESCE(
+        (SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $6 AND e.aggregate_id = a.value ->> 9), 0)
+    ON CONFLICT DO NOTHING;
+SELECT DISTINCT a.value ->> 0 AS call_id FROM json_each($5) AS a
+    WHERE a.value ->> 9 IS NOT NULL AND a.value ->> 10 <> COALESCE(
+        (SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $6 AND e.aggregate_id = a.value ->> 9), 0)"
 );
 
 /// Whether a database error is a taken key (PostgreSQL 23505; SQLite's primary-key or unique
@@ -177,30 +195,35 @@ impl Store {
         Ok(())
     }
 
-    /// Commits a batch of concurrent commands on SQLite, plus audit rows that ride along, in
-    /// one transaction (one flush). First all together, five statements for the batch; when
-    /// that is refused (a taken key, a refused value), the transaction is rolled back and the
-    /// batch is written again with a savepoint per command, so a command whose sequence number
-    /// or request id is taken is rolled back alone.
-    /// Returns each command's outcome; `Err` when the transaction itself failed.
-    pub(crate) async fn commit_batch(&self, commits: &[&Commit], rows: &[ToolCallRow]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    /// Commits a batch of concurrent commands on SQLite, with the audit rows of concurrent calls
+    /// of no commit (reads, refusals, exits), in one transaction (one flush). First all together,
+    /// a statement per table for the batch; when that is refused (a taken key, a refused value),
+    /// the transaction is rolled back and the batch is written again with a savepoint per
+    /// command, so a command whose sequence number or request id is taken is rolled back alone.
+    /// The calls' rows come last: a checked read's (ADR 0011) are judged against the heads the
+    /// batch's commits leave.
+    /// Returns each command's outcome and, per call, whether its rows were written; `Err` when
+    /// the transaction itself failed.
+    pub(crate) async fn commit_batch(&self, commits: &[&Commit], calls: &[AuditCall]) -> Result<(Vec<Result<(), StoreError>>, Vec<bool>), StoreError> {
         let Self::Sqlite(s) = self else { return Err(StoreError::Database("commit_batch on a PostgreSQL store".into())) };
         // The write turn, as every SQLite write takes it (`on_writer!`): the batch waits here,
         // not in SQLite's busy handler, while a projector or identity write holds the database.
+        // An immediate transaction holds the write lock from the start, so another process's
+        // write cannot move a head under the checked rows.
         let _turn = s.writer.lock().await;
         let streams: Vec<_> = commits.iter().map(|c| stream_of(c)).collect();
         if streams.iter().all(Result::is_ok) {
-            let mut tx = s.pool.begin().await?;
-            match write_sqlite_rows(&mut tx, commits, rows).await {
-                Ok(()) => {
+            let mut tx = s.pool.begin_with("BEGIN IMMEDIATE").await?;
+            match write_sqlite(&mut tx, commits, calls).await {
+                Ok(refused) => {
                     tx.commit().await?;
-                    return Ok(commits.iter().map(|_| Ok(())).collect());
+                    return Ok((commits.iter().map(|_| Ok(())).collect(), written_of(calls, &refused)));
                 }
                 Err(e) if !matches!(e, sqlx::Error::Database(_)) => return Err(e.into()),
                 Err(_) => tx.rollback().await?,
             }
         }
-        let mut tx = s.pool.begin().await?;
+        let mut tx = s.pool.begin_with("BEGIN IMMEDIATE").await?;
         let mut outcomes = Vec::with_capacity(commits.len());
         for (commit, stream) in commits.iter().zip(streams) {
             if let Err(e) = stream {
@@ -208,8 +231,8 @@ impl Store {
                 continue;
             }
             let mut savepoint = sqlx::Connection::begin(&mut *tx).await?;
-            match write_sqlite_rows(&mut savepoint, &[commit], &[]).await {
-                Ok(()) => {
+            match write_sqlite(&mut savepoint, &[commit], &[]).await {
+                Ok(_) => {
                     savepoint.commit().await?;
                     outcomes.push(Ok(()));
                 }
@@ -219,59 +242,54 @@ impl Store {
                 }
             }
         }
-        if !rows.is_empty() {
-            sqlx::query(SQLITE_AUDIT).bind(json_rows(rows.iter().map(audit_row))?).execute(&mut *tx).await?;
-        }
+        let refused = write_sqlite(&mut tx, &[], calls).await?;
         tx.commit().await?;
-        Ok(outcomes)
+        Ok((outcomes, written_of(calls, &refused)))
     }
 }
 
-/// Writes the rows of `commits` (whose streams `stream_of` accepted) and `rows`, each table's
-/// rows in one statement; the first error stops it.
-async fn write_sqlite_rows(conn: &mut sqlx::SqliteConnection, commits: &[&Commit], rows: &[ToolCallRow]) -> Result<(), sqlx::Error> {
-    let mut requests = Vec::new();
-    for commit in commits {
-        if let (Some(request_id), Ok((aggregate_type, aggregate_id, first, last))) = (&commit.request_id, stream_of(commit)) {
-            requests.push((aggregate_type, aggregate_id, request_id.as_str(), first, last));
-        }
-    }
-    // A request id the stream holds is refused by the key (a taken key).
-    if !requests.is_empty() {
-        sqlx::query(SQLITE_BATCH_REQUESTS).bind(json_rows(requests)?).execute(&mut *conn).await?;
-    }
+/// Runs `SQLITE_BATCH` for the rows of `commits` (whose streams `stream_of` accepted), with
+/// their audit rows, and the rows of `calls`; returns the calls whose check refused their rows.
+/// The first error stops it.
+pub(crate) async fn write_sqlite(conn: &mut sqlx::SqliteConnection, commits: &[&Commit], calls: &[AuditCall]) -> Result<HashSet<String>, sqlx::Error> {
+    // A request id the stream holds is refused by its key (a taken key).
+    let requests = commits.iter().filter_map(|commit| match (&commit.request_id, stream_of(commit)) {
+        (Some(request_id), Ok((aggregate_type, aggregate_id, first, last))) => Some((aggregate_type, aggregate_id, request_id.as_str(), first, last)),
+        _ => None,
+    });
     let events = commits.iter().flat_map(|c| &c.events).map(|e| {
         let (payload, metadata) = (e.payload.to_string(), e.metadata.to_string());
         (&e.aggregate_type, &e.aggregate_id, i64_of(e.sequence as u64), &e.event_type, &e.event_version, payload, metadata)
     });
-    sqlx::query(SQLITE_BATCH_EVENTS).bind(json_rows(events)?).execute(&mut *conn).await?;
-    let views: Vec<_> = commits.iter().filter_map(|c| c.view.as_ref()).map(|(id, version, payload)| (id, i64_of(*version), payload.to_string())).collect();
-    if !views.is_empty() {
-        sqlx::query(SQLITE_BATCH_VIEWS).bind(json_rows(views)?).execute(&mut *conn).await?;
-    }
-    let snapshots: Vec<_> = commits
+    let views = commits.iter().filter_map(|c| c.view.as_ref()).map(|(id, version, payload)| (id, i64_of(*version), payload.to_string()));
+    let snapshots = commits
         .iter()
         .filter_map(|c| c.snapshot.as_ref())
-        .map(|(id, snap)| (id, SNAPSHOT_SCHEMA, i64_of(snap.version), &snap.chain_hash, snap.state.to_string()))
-        .collect();
-    if !snapshots.is_empty() {
-        sqlx::query(SQLITE_BATCH_SNAPSHOTS).bind(json_rows(snapshots)?).execute(&mut *conn).await?;
-    }
-    let audit: Vec<_> = commits.iter().flat_map(|c| &c.audit).chain(rows).map(audit_row).collect();
-    if !audit.is_empty() {
-        sqlx::query(SQLITE_AUDIT).bind(json_rows(audit)?).execute(&mut *conn).await?;
-    }
-    Ok(())
+        .map(|(id, snap)| (id, SNAPSHOT_SCHEMA, i64_of(snap.version), &snap.chain_hash, snap.state.to_string()));
+    let audit = commits
+        .iter()
+        .flat_map(|c| c.audit.iter().map(|r| audit_row(r, None)))
+        .chain(calls.iter().flat_map(|c| c.rows.iter().map(|r| audit_row(r, c.if_current.as_ref()))));
+    let refused = sqlx::query(SQLITE_BATCH)
+        .bind(json_rows(requests)?)
+        .bind(json_rows(events)?)
+        .bind(json_rows(views)?)
+        .bind(json_rows(snapshots)?)
+        .bind(json_rows(audit)?)
+        .bind(LearningJourney::TYPE)
+        .fetch_all(&mut *conn)
+        .await?;
+    refused.iter().map(|r| sqlx::Row::try_get::<String, _>(r, "call_id")).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{DbUrl, PoolSettings};
+    use crate::store::{DbUrl, IfCurrent, PoolSettings};
     use sqlx::Row;
 
     fn event(journey: &str, sequence: usize, payload: Value) -> StoredEvent {
-        StoredEvent::new(journey.into(), sequence, "T".into(), "E".into(), "1".into(), payload, serde_json::json!({"requestId": "r"}))
+        StoredEvent::new(journey.into(), sequence, LearningJourney::TYPE.into(), "E".into(), "1".into(), payload, serde_json::json!({"requestId": "r"}))
     }
 
     fn commit(journey: &str, sequence: usize, payload: Value) -> Commit {
@@ -307,7 +325,7 @@ mod tests {
             "big": i64::MAX, "small": i64::MIN, "float": 0.1, "nested": [null, true, {"z": 1, "a": 2}]
         });
         let (a, b) = (commit("a", 1, awkward.clone()), commit("b", 1, serde_json::json!({"n": 1})));
-        let outcomes = store.commit_batch(&[&a, &b], &[]).await.unwrap();
+        let (outcomes, _) = store.commit_batch(&[&a, &b], &[]).await.unwrap();
         assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
 
         let Store::Sqlite(s) = &store else { unreachable!() };
@@ -324,18 +342,27 @@ mod tests {
         assert_eq!(audit.get::<Option<i64>, _>("duration_ms"), Some(3));
 
         // The same request id on `a` again, next to a fresh command: only the retry is refused,
-        // and the fresh command and the riding audit row are written.
+        // and the fresh command and the riding audit row are written; of two checked reads, the
+        // one on the head the batch leaves is written, the one on a version `a` never reached
+        // is not.
         let (retry, fresh) = (commit("a", 2, serde_json::json!({})), commit("c", 1, serde_json::json!({})));
         let mut retry = retry;
         retry.request_id = Some("r-1".into());
         let riding = ToolCallRow { call_id: "riding".into(), ..a.audit[0].clone() };
-        let outcomes = store.commit_batch(&[&retry, &fresh], &[riding]).await.unwrap();
+        let read = |call_id: &str, journey: &str, version| AuditCall {
+            rows: vec![ToolCallRow { call_id: call_id.into(), ..a.audit[0].clone() }],
+            if_current: Some(IfCurrent { journey_id: journey.into(), version }),
+        };
+        let calls = [AuditCall { rows: vec![riding], if_current: None }, read("current", "c", 1), read("stale", "a", 2)];
+        let (outcomes, written) = store.commit_batch(&[&retry, &fresh], &calls).await.unwrap();
+        assert_eq!(written, [true, true, false]);
         assert!(matches!(outcomes[0], Err(StoreError::Conflict)), "{outcomes:?}");
         assert!(outcomes[1].is_ok(), "{outcomes:?}");
         let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql).fetch_one(&s.pool);
         assert_eq!(count("SELECT COUNT(*) FROM events WHERE aggregate_id = 'a'").await.unwrap(), 1);
         assert_eq!(count("SELECT COUNT(*) FROM events WHERE aggregate_id = 'c'").await.unwrap(), 1);
-        assert_eq!(count("SELECT COUNT(*) FROM tool_calls WHERE call_id = 'riding'").await.unwrap(), 1);
+        assert_eq!(count("SELECT COUNT(*) FROM tool_calls WHERE call_id IN ('riding', 'current')").await.unwrap(), 2);
+        assert_eq!(count("SELECT COUNT(*) FROM tool_calls WHERE call_id = 'stale'").await.unwrap(), 0);
         drop(store);
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
