@@ -285,6 +285,15 @@ pub(crate) fn json_rows<T: serde::Serialize>(rows: impl IntoIterator<Item = T>) 
     serde_json::to_string(&rows.into_iter().collect::<Vec<T>>()).map_err(|e| sqlx::Error::Encode(e.into()))
 }
 
+/// A PostgreSQL connection idle for longer than this is checked (a round trip) before it is
+/// lent again. sqlx's default checks every connection at every acquire: under load that is
+/// one more round trip to the server — its CPU and the database's — for each statement a
+/// command sends, to detect a connection that broke while it was idle for microseconds
+/// (HikariCP skips the check within 500 ms for the same reason). A connection that broke within
+/// the window fails its statement as `STORE_UNAVAILABLE`, which an exact retry answers, and
+/// is dropped from the pool.
+const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
+
 pub(crate) fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -301,12 +310,17 @@ impl Store {
                     .synchronous(SqliteSynchronous::Full)
                     .foreign_keys(true)
                     .busy_timeout(Duration::from_secs(10));
+                // A SQLite connection is a file handle in this process: nothing can hang up on
+                // it while it is idle, so it is lent without sqlx's check (a round trip to its
+                // thread at every acquire).
                 let pool = SqlitePoolOptions::new()
+                    .test_before_acquire(false)
                     .max_connections(settings.max_connections)
                     .acquire_timeout(settings.acquire_timeout)
                     .connect_with(options.clone())
                     .await?;
                 let relaxed = SqlitePoolOptions::new()
+                    .test_before_acquire(false)
                     .max_connections(1)
                     .acquire_timeout(settings.acquire_timeout)
                     .connect_with(options.synchronous(SqliteSynchronous::Normal))
@@ -322,6 +336,15 @@ impl Store {
                     options = options.statement_cache_capacity(0).extra_float_digits(None);
                 }
                 let pool = PgPoolOptions::new()
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            if meta.idle_for >= CHECK_IDLE_AFTER {
+                                sqlx::Connection::ping(conn).await?;
+                            }
+                            Ok(true)
+                        })
+                    })
                     .max_connections(settings.max_connections)
                     .acquire_timeout(settings.acquire_timeout)
                     .connect_with(options)
