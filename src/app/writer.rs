@@ -2,13 +2,14 @@
 //! audit rows are one commit, and concurrent commands share one transaction and one flush:
 //! on SQLite, whose single writer serializes commits anyway, one writer task takes every
 //! commit queued while its previous transaction was committing and writes them in one
-//! transaction with a savepoint each, so one failure rejects only its own command; on
-//! PostgreSQL a commit task writes one statement at a time and sends the commits queued
-//! meanwhile as the next one (ADR 0012) — all or nothing, so a refused batch is rerun command by
-//! command and each gets its own outcome. Audit rows that belong to no
-//! commit (reads, refusals, the dispatcher's exits) ride along, or are written without waiting
-//! for their flush when no commit is queued; the rows of a read answered from the cached journey
-//! are written only if its log still ends there, judged after the batch's commits (ADR 0011).
+//! transaction — all together in one call, or with a savepoint each when that is refused, so
+//! one failure rejects only its own command (ADR 0013); on PostgreSQL a commit task writes one
+//! statement at a time and sends the commits queued meanwhile as the next one (ADR 0012) — all
+//! or nothing, so a refused batch is rerun command by command and each gets its own outcome.
+//! Audit rows that belong to no commit (reads, refusals, the dispatcher's exits) ride along, or
+//! are written without waiting for their flush when no commit is queued; the rows of a read
+//! answered from the cached journey are written only if its log still ends there, judged after
+//! the batch's commits (ADR 0011).
 
 use std::sync::Arc;
 

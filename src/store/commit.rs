@@ -2,10 +2,11 @@
 //! their metadata), its request id's key (ADR 0010), the full-context view row of the state they
 //! reach, a snapshot when one is due, and the tool call's audit rows — one transaction, one
 //! flush (ADR 0006). On PostgreSQL it is one statement (data-modifying CTEs over typed
-//! parameters, arrays for the rows): one round trip, and
-//! concurrent commands share flushes through the server's group commit. On SQLite the writer
-//! task hands a batch of concurrent commits to [`Store::commit_batch`], one transaction with a
-//! savepoint per command, so one failure rejects only its own command.
+//! parameters, arrays for the rows): one round trip, and the commits queued behind it go
+//! together as the next statement (ADR 0012). On SQLite the writer
+//! task hands a batch of concurrent commits to [`Store::commit_batch`], one transaction: all
+//! together in one statement text, or with a savepoint per command when that is refused, so one
+//! failure rejects only its own command (ADR 0013).
 //!
 //! The event rows keep the shape the store crates write and read (`get_last_events` still reads
 //! them); a sequence number another writer took first, or a request id the stream already
