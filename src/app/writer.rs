@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::CommitMetrics;
-use crate::store::{AuditCall, Commit, IfCurrent, Store, StoreError, ToolCallRow};
+use crate::store::{AuditCall, Commit, HeldConnection, IfCurrent, Store, StoreError, ToolCallRow};
 
 enum Item {
     Commit { commit: Commit, ack: oneshot::Sender<Result<(), StoreError>> },
@@ -61,8 +61,9 @@ impl Writer {
         let (tx, mut rx) = mpsc::channel::<Item>(4096);
         let (writer_store, writer_metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
+            let mut held = HeldConnection::default();
             while let Some(batch) = next_batch(&mut rx).await {
-                write_batch(&writer_store, &writer_metrics, batch).await;
+                write_batch(&writer_store, &writer_metrics, &mut held, batch).await;
             }
         });
         let pg_commits = matches!(*store, Store::Postgres(_)).then(|| start_pg_commits(store, metrics));
@@ -98,7 +99,7 @@ impl Writer {
     }
 }
 
-async fn write_batch(store: &Store, metrics: &CommitMetrics, batch: Vec<Item>) {
+async fn write_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConnection, batch: Vec<Item>) {
     let (mut commits, mut calls, mut call_acks) = (Vec::new(), Vec::new(), Vec::new());
     for item in batch {
         match item {
@@ -110,7 +111,7 @@ async fn write_batch(store: &Store, metrics: &CommitMetrics, batch: Vec<Item>) {
         }
     }
     let written = if commits.is_empty() {
-        store.write_audit(&calls).await
+        store.write_audit(held, &calls).await
     } else {
         // The calls' rows ride in the batch's transaction; a checked read's are judged after its
         // commits, against the heads they leave.
@@ -159,8 +160,9 @@ async fn write_batch(store: &Store, metrics: &CommitMetrics, batch: Vec<Item>) {
 fn start_pg_commits(store: Arc<Store>, metrics: CommitMetrics) -> mpsc::Sender<(Commit, CommitAck)> {
     let (tx, mut rx) = mpsc::channel::<(Commit, CommitAck)>(4096);
     tokio::spawn(async move {
+        let mut held = HeldConnection::default();
         while let Some(batch) = next_batch(&mut rx).await {
-            commit_pg_batch(&store, &metrics, batch).await;
+            commit_pg_batch(&store, &metrics, &mut held, batch).await;
         }
     });
     tx
@@ -178,7 +180,7 @@ fn keys_of(commit: &Commit) -> impl Iterator<Item = String> + '_ {
 /// Commits a batch on PostgreSQL in as few statements as its keys allow. Commands are sorted by
 /// their keys, so concurrent statements take their row locks in one order (no deadlock between
 /// them); commands that share a key (a retry racing its original) go in separate statements.
-async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, mut batch: Vec<(Commit, CommitAck)>) {
+async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConnection, mut batch: Vec<(Commit, CommitAck)>) {
     batch.sort_by_cached_key(|(commit, _)| keys_of(commit).collect::<Vec<_>>());
     let mut rounds: Vec<Round> = Vec::new();
     for (commit, ack) in batch {
@@ -194,7 +196,7 @@ async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, mut batch: Vec<
     for (_, round) in rounds {
         let units: Vec<&Commit> = round.iter().map(|(c, _)| c).collect();
         metrics.transaction(units.len());
-        match store.commit_pg(&units).await {
+        match store.commit_pg(held, &units).await {
             Ok(()) => {
                 for (_, ack) in round {
                     let _ = ack.send(Ok(()));
@@ -207,7 +209,7 @@ async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, mut batch: Vec<
                 tracing::debug!(error = %e, commits = units.len(), "a batched commit was refused; committing its commands one by one");
                 for (commit, ack) in round {
                     metrics.transaction(1);
-                    let outcome = store.commit_pg(&[&commit]).await;
+                    let outcome = store.commit_pg(held, &[&commit]).await;
                     if outcome.is_err() {
                         metrics.refused_in_batch();
                     }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use sqlx::Row;
 
-use super::{on_pool, on_writer, Store, StoreError};
+use super::{on_pool, on_writer, HeldConnection, Store, StoreError};
 
 /// An audit row as read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -244,7 +244,7 @@ impl Store {
     /// A call with [`IfCurrent`] is written only if its journey's log still ends at that version
     /// (ADR 0011), judged in the same statement (PostgreSQL) or write turn (SQLite) that writes
     /// the rows. Returns, per call, whether its rows were written.
-    pub async fn write_audit(&self, calls: &[AuditCall]) -> Result<Vec<bool>, StoreError> {
+    pub async fn write_audit(&self, held: &mut HeldConnection, calls: &[AuditCall]) -> Result<Vec<bool>, StoreError> {
         if calls.iter().all(|c| c.rows.is_empty()) {
             return Ok(vec![true; calls.len()]);
         }
@@ -263,7 +263,7 @@ impl Store {
                 let rows: Vec<ToolCallRow> = calls.iter().flat_map(|c| c.rows.iter().cloned()).collect();
                 if calls.iter().all(|c| c.if_current.is_none()) {
                     let query = bind_audit_arrays(sqlx::query(PG_RELAXED_AUDIT), &rows);
-                    super::on_pg!(s, pool => query.execute(pool).await?);
+                    super::on_held!(s, held, conn => query.execute(conn).await)?;
                     return Ok(vec![true; calls.len()]);
                 }
                 let checks: Vec<Option<&IfCurrent>> = calls.iter().flat_map(|c| c.rows.iter().map(|_| c.if_current.as_ref())).collect();
@@ -271,7 +271,7 @@ impl Store {
                     .bind(checks.iter().map(|c| c.map(|i| i.journey_id.as_str())).collect::<Vec<_>>())
                     .bind(checks.iter().map(|c| c.map(|i| super::i64_of(i.version))).collect::<Vec<_>>())
                     .bind(LearningJourney::TYPE);
-                let refused = super::on_pg!(s, pool => query.fetch_all(pool).await?);
+                let refused = super::on_held!(s, held, conn => query.fetch_all(conn).await)?;
                 let refused: HashSet<String> = refused.iter().map(|r| r.try_get::<String, _>("call_id")).collect::<Result<_, _>>()?;
                 Ok(written_of(calls, &refused))
             }

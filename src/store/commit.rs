@@ -19,7 +19,7 @@ use cqrs_es::Aggregate;
 use serde_json::Value;
 
 use super::audit::{audit_columns, audit_row, bind_audit_arrays, written_of};
-use super::{i64_of, json_rows, AuditCall, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
+use super::{i64_of, json_rows, AuditCall, HeldConnection, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
 
 /// Everything one command writes.
 #[derive(Clone, Debug)]
@@ -153,7 +153,7 @@ impl Store {
     /// its own typed parameter (arrays for the rows), so nothing is parsed twice and the plan has
     /// no lookup for the planner to get wrong. The statement is all or nothing: the writer hands
     /// it commands on distinct streams, and reruns each alone when a batch is refused.
-    pub(crate) async fn commit_pg(&self, commits: &[&Commit]) -> Result<(), StoreError> {
+    pub(crate) async fn commit_pg(&self, held: &mut HeldConnection, commits: &[&Commit]) -> Result<(), StoreError> {
         let Self::Postgres(s) = self else { return Err(StoreError::Database("commit_pg on a SQLite store".into())) };
         let streams = commits.iter().map(|c| stream_of(c)).collect::<Result<Vec<_>, _>>()?;
         // The commands with a request id: their stream and first and last sequence, and the id.
@@ -188,7 +188,7 @@ impl Store {
         );
         // A request id a stream holds (the idempotency key) or a sequence number another
         // writer took is a taken key: the whole statement is refused.
-        let row = super::on_pg!(s, pool => query.fetch_one(pool).await).map_err(commit_error)?;
+        let row = super::on_held!(s, held, conn => query.fetch_one(conn).await).map_err(commit_error)?;
         let appended: i64 = sqlx::Row::try_get(&row, "appended")?;
         if usize::try_from(appended).ok() != Some(events.len()) {
             return Err(StoreError::Database(format!("a commit stored {appended} of {} events", events.len())));

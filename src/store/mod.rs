@@ -161,6 +161,51 @@ macro_rules! on_pg_impl {
 
 pub(crate) use on_pg_impl as on_pg;
 
+/// A PostgreSQL connection a task keeps between its statements. sqlx's pool pings every
+/// connection it takes back (a round trip to the server, its CPU and the database's), so the
+/// tasks that send one statement after another all day — the commit task, the audit writer —
+/// keep theirs instead of returning it after each. It is let go after an error (a broken
+/// connection is replaced at the next statement) and never taken behind a transaction pooler,
+/// whose executor lends a connection per statement.
+#[derive(Default)]
+pub struct HeldConnection(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
+
+impl HeldConnection {
+    async fn get(&mut self, pool: &PgPool) -> Result<&mut sqlx::PgConnection, sqlx::Error> {
+        if self.0.is_none() {
+            self.0 = Some(pool.acquire().await?);
+        }
+        self.0.as_deref_mut().ok_or(sqlx::Error::PoolClosed)
+    }
+}
+
+/// `on_pg!` on a held connection: the body runs on `held`'s connection (taken from the pool
+/// when there is none), or behind a transaction pooler through its executor; an error lets the
+/// connection go.
+macro_rules! on_held_impl {
+    ($s:expr, $held:expr, $exec:ident => $body:expr) => {{
+        let result = match &$s.tx_pool {
+            Some(tx_pool) => {
+                let $exec = tx_pool;
+                $body
+            }
+            None => match $held.get(&$s.pool).await {
+                Ok(conn) => {
+                    let $exec = &mut *conn;
+                    $body
+                }
+                Err(e) => Err(e),
+            },
+        };
+        if result.is_err() {
+            $held.0 = None;
+        }
+        result
+    }};
+}
+
+pub(crate) use on_held_impl as on_held;
+
 /// `on_pool!` for a write: on SQLite it first waits for this process's one write turn and
 /// holds it for the whole body, so a write cannot be written without its turn (PostgreSQL
 /// writes concurrently). The turn is taken here rather than in SQLite's busy handler, which
