@@ -51,6 +51,22 @@ async fn next_batch<T>(rx: &mut mpsc::Receiver<T>) -> Option<Vec<T>> {
     Some(batch)
 }
 
+/// How long a task keeps its connection with nothing to write (ADR 0013).
+const HOLD_IDLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `next_batch` for a task that keeps its connection between statements: the connection goes
+/// back to the pool once nothing has come for `HOLD_IDLE`, so a closing pool, which waits for
+/// every connection it lent, gets it back.
+async fn next_batch_holding<T>(rx: &mut mpsc::Receiver<T>, held: &mut HeldConnection) -> Option<Vec<T>> {
+    match tokio::time::timeout(HOLD_IDLE, next_batch(rx)).await {
+        Ok(batch) => batch,
+        Err(_) => {
+            held.release();
+            next_batch(rx).await
+        }
+    }
+}
+
 fn stopped() -> StoreError {
     StoreError::Unavailable("the writer stopped".into())
 }
@@ -62,7 +78,7 @@ impl Writer {
         let (writer_store, writer_metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
             let mut held = HeldConnection::default();
-            while let Some(batch) = next_batch(&mut rx).await {
+            while let Some(batch) = next_batch_holding(&mut rx, &mut held).await {
                 write_batch(&writer_store, &writer_metrics, &mut held, batch).await;
             }
         });
@@ -161,7 +177,7 @@ fn start_pg_commits(store: Arc<Store>, metrics: CommitMetrics) -> mpsc::Sender<(
     let (tx, mut rx) = mpsc::channel::<(Commit, CommitAck)>(4096);
     tokio::spawn(async move {
         let mut held = HeldConnection::default();
-        while let Some(batch) = next_batch(&mut rx).await {
+        while let Some(batch) = next_batch_holding(&mut rx, &mut held).await {
             commit_pg_batch(&store, &metrics, &mut held, batch).await;
         }
     });

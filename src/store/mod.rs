@@ -163,14 +163,21 @@ pub(crate) use on_pg_impl as on_pg;
 
 /// A PostgreSQL connection a task keeps between its statements. sqlx's pool pings every
 /// connection it takes back (a round trip to the server, its CPU and the database's), so the
-/// tasks that send one statement after another all day — the commit task, the audit writer —
-/// keep theirs instead of returning it after each. It is let go after an error (a broken
-/// connection is replaced at the next statement) and never taken behind a transaction pooler,
-/// whose executor lends a connection per statement.
+/// tasks that send one statement after another under load — the commit task, the audit writer
+/// — keep theirs between statements instead of returning it after each. It is returned when
+/// the task has had nothing to write for a moment (so a closing pool gets it back), let go
+/// after an error (a broken connection is replaced at the next statement), and never taken
+/// behind a transaction pooler, whose executor lends a connection per statement.
 #[derive(Default)]
 pub struct HeldConnection(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
 
 impl HeldConnection {
+    /// Returns the connection to the pool (the task has been idle: a pool that is closing waits
+    /// for every connection it lent).
+    pub fn release(&mut self) {
+        self.0 = None;
+    }
+
     async fn get(&mut self, pool: &PgPool) -> Result<&mut sqlx::PgConnection, sqlx::Error> {
         if self.0.is_none() {
             self.0 = Some(pool.acquire().await?);
