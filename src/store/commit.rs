@@ -205,7 +205,11 @@ impl Store {
     /// batch's commits leave.
     /// Returns each command's outcome and, per call, whether its rows were written; `Err` when
     /// the transaction itself failed.
-    pub(crate) async fn commit_batch(&self, commits: &[&Commit], calls: &[AuditCall]) -> Result<(Vec<Result<(), StoreError>>, Vec<bool>), StoreError> {
+    pub(crate) async fn commit_batch(
+        &self,
+        commits: &[&Commit],
+        calls: &[AuditCall],
+    ) -> Result<(Vec<Result<(), StoreError>>, Vec<bool>), StoreError> {
         let Self::Sqlite(s) = self else { return Err(StoreError::Database("commit_batch on a PostgreSQL store".into())) };
         // The write turn, as every SQLite write takes it (`on_writer!`): the batch waits here,
         // not in SQLite's busy handler, while a projector or identity write holds the database.
@@ -252,10 +256,16 @@ impl Store {
 /// Runs `SQLITE_BATCH` for the rows of `commits` (whose streams `stream_of` accepted), with
 /// their audit rows, and the rows of `calls`; returns the calls whose check refused their rows.
 /// The first error stops it.
-pub(crate) async fn write_sqlite(conn: &mut sqlx::SqliteConnection, commits: &[&Commit], calls: &[AuditCall]) -> Result<HashSet<String>, sqlx::Error> {
+pub(crate) async fn write_sqlite(
+    conn: &mut sqlx::SqliteConnection,
+    commits: &[&Commit],
+    calls: &[AuditCall],
+) -> Result<HashSet<String>, sqlx::Error> {
     // A request id the stream holds is refused by its key (a taken key).
     let requests = commits.iter().filter_map(|commit| match (&commit.request_id, stream_of(commit)) {
-        (Some(request_id), Ok((aggregate_type, aggregate_id, first, last))) => Some((aggregate_type, aggregate_id, request_id.as_str(), first, last)),
+        (Some(request_id), Ok((aggregate_type, aggregate_id, first, last))) => {
+            Some((aggregate_type, aggregate_id, request_id.as_str(), first, last))
+        }
         _ => None,
     });
     let events = commits.iter().flat_map(|c| &c.events).map(|e| {
@@ -290,7 +300,15 @@ mod tests {
     use sqlx::Row;
 
     fn event(journey: &str, sequence: usize, payload: Value) -> StoredEvent {
-        StoredEvent::new(journey.into(), sequence, LearningJourney::TYPE.into(), "E".into(), "1".into(), payload, serde_json::json!({"requestId": "r"}))
+        StoredEvent::new(
+            journey.into(),
+            sequence,
+            LearningJourney::TYPE.into(),
+            "E".into(),
+            "1".into(),
+            payload,
+            serde_json::json!({"requestId": "r"}),
+        )
     }
 
     fn commit(journey: &str, sequence: usize, payload: Value) -> Commit {
@@ -337,18 +355,21 @@ mod tests {
         for column in ["payload", "view", "state"] {
             assert_eq!(row.get::<String, _>(column), awkward.to_string(), "{column}");
         }
-        let audit = sqlx::query("SELECT phase, journey_id, code, duration_ms FROM tool_calls WHERE call_id = 'call-a-1'").fetch_one(&s.pool).await.unwrap();
+        let audit = sqlx::query("SELECT phase, journey_id, code, duration_ms FROM tool_calls WHERE call_id = 'call-a-1'")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
         assert_eq!(audit.get::<String, _>("phase"), "completed");
         assert_eq!(audit.get::<Option<String>, _>("journey_id"), None);
+        assert_eq!(audit.get::<Option<String>, _>("code"), None);
         assert_eq!(audit.get::<Option<i64>, _>("duration_ms"), Some(3));
 
         // The same request id on `a` again, next to a fresh command: only the retry is refused,
         // and the fresh command and the riding audit row are written; of two checked reads, the
         // one on the head the batch leaves is written, the one on a version `a` never reached
         // is not.
-        let (retry, fresh) = (commit("a", 2, serde_json::json!({})), commit("c", 1, serde_json::json!({})));
-        let mut retry = retry;
-        retry.request_id = Some("r-1".into());
+        let retry = Commit { request_id: Some("r-1".into()), ..commit("a", 2, serde_json::json!({})) };
+        let fresh = commit("c", 1, serde_json::json!({}));
         let riding = ToolCallRow { call_id: "riding".into(), ..a.audit[0].clone() };
         let read = |call_id: &str, journey: &str, version| AuditCall {
             rows: vec![ToolCallRow { call_id: call_id.into(), ..a.audit[0].clone() }],
