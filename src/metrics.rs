@@ -45,7 +45,7 @@ pub struct Metrics {
 #[derive(Clone, Debug)]
 pub struct CommitMetrics {
     /// Commands per commit transaction attempted (one statement on PostgreSQL, one transaction
-    /// with a savepoint each on SQLite).
+    /// on SQLite).
     per_transaction: Histogram,
     /// Commands of a batch refused alone (their savepoint rolled back on SQLite; on PostgreSQL
     /// the batch's statement was refused and the command failed when rerun alone).

@@ -205,7 +205,7 @@ macro_rules! on_held_impl {
             },
         };
         if result.is_err() {
-            $held.0 = None;
+            $held.release();
         }
         result
     }};
