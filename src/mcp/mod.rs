@@ -215,7 +215,7 @@ impl ServerHandler for CoachServer {
             .get::<axum::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Principal>().cloned())
             .ok_or_else(|| McpError::invalid_request("unauthenticated", None))?;
-        let call_id = uuid::Uuid::new_v4().to_string();
+        let call_id = uuid::Uuid::now_v7().to_string();
         let name = request.name.to_string();
         let args = request.arguments.map(Value::Object).unwrap_or_else(|| json!({}));
         // One span per call: every line logged inside it carries the call, the tool, and (once

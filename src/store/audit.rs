@@ -251,12 +251,10 @@ impl Store {
         match self {
             Self::Sqlite(s) => {
                 let _turn = s.writer.lock().await;
-                // An immediate transaction holds the database's write lock from its first read, so
-                // no writer — of this process or another — moves a head between its check and
-                // the rows written against it.
-                let mut tx = s.relaxed.begin_with("BEGIN IMMEDIATE").await?;
-                let refused = super::commit::write_sqlite(&mut tx, &[], calls).await?;
-                tx.commit().await?;
+                // One call: an immediate transaction holds the database's write lock from its
+                // first read, so no writer — of this process or another — moves a head between
+                // its check and the rows written against it.
+                let refused = super::commit::write_turn(&s.relaxed, &[], calls).await?;
                 Ok(written_of(calls, &refused))
             }
             Self::Postgres(s) => {

@@ -17,6 +17,8 @@ use std::collections::HashSet;
 use aggregates::learning_journey::LearningJourney;
 use cqrs_es::Aggregate;
 use serde_json::Value;
+use sqlx::pool::PoolConnection;
+use sqlx::{Sqlite, SqlitePool};
 
 use super::audit::{audit_columns, audit_row, bind_audit_arrays, written_of};
 use super::{i64_of, json_rows, AuditCall, HeldConnection, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
@@ -95,7 +97,9 @@ SELECT COUNT(*) AS appended FROM ev"
 /// audit rows: a checked call's (ADR 0011) only while its journey's log ends at its version,
 /// judged after the batch's events; the last statement returns the calls whose check failed.
 /// (`WHERE true` is SQLite's rule for an upsert over a `SELECT`.)
-const SQLITE_BATCH: &str = concat!(
+macro_rules! sqlite_batch {
+    () => {
+        concat!(
     "INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence)
     SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4 FROM json_each($1) AS r;
 INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
@@ -119,7 +123,17 @@ INSERT INTO tool_calls (",
 SELECT DISTINCT a.value ->> 0 AS call_id FROM json_each($5) AS a
     WHERE a.value ->> 9 IS NOT NULL AND a.value ->> 10 <> COALESCE(
         (SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $6 AND e.aggregate_id = a.value ->> 9), 0)"
-);
+)
+    };
+}
+const SQLITE_BATCH: &str = sqlite_batch!();
+
+/// A whole write turn in one call: `SQLITE_BATCH` between its transaction's begin and commit,
+/// so the turn is one round trip to the connection's thread instead of three (each a thread
+/// wake-up that cost more than SQLite's own work on a busy machine: ADR 0013). An immediate
+/// transaction holds the write lock from the start, so no other process's write moves a head
+/// under the checked rows.
+const SQLITE_TURN: &str = concat!("BEGIN IMMEDIATE;\n", sqlite_batch!(), ";\nCOMMIT");
 
 /// Whether a database error is a taken key (PostgreSQL 23505; SQLite's primary-key or unique
 /// constraint, extended codes 1555 and 2067).
@@ -218,14 +232,11 @@ impl Store {
         let _turn = s.writer.lock().await;
         let streams: Vec<_> = commits.iter().map(|c| stream_of(c)).collect();
         if streams.iter().all(Result::is_ok) {
-            let mut tx = s.pool.begin_with("BEGIN IMMEDIATE").await?;
-            match write_sqlite(&mut tx, commits, calls).await {
-                Ok(refused) => {
-                    tx.commit().await?;
-                    return Ok((commits.iter().map(|_| Ok(())).collect(), written_of(calls, &refused)));
-                }
+            match write_turn(&s.pool, commits, calls).await {
+                Ok(refused) => return Ok((commits.iter().map(|_| Ok(())).collect(), written_of(calls, &refused))),
                 Err(e) if !matches!(e, sqlx::Error::Database(_)) => return Err(e.into()),
-                Err(_) => tx.rollback().await?,
+                // Refused and rolled back: again with a savepoint per command.
+                Err(_) => {}
             }
         }
         let mut tx = s.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -253,10 +264,57 @@ impl Store {
     }
 }
 
-/// Runs `SQLITE_BATCH` for the rows of `commits` (whose streams `stream_of` accepted), with
+/// Runs a write turn, `SQLITE_TURN`, on a connection of `pool`: the rows of `commits` (whose
+/// streams `stream_of` accepted), with their audit rows, and the rows of `calls`, committed
+/// together or not at all; returns the calls whose check refused their rows.
+pub(crate) async fn write_turn(pool: &SqlitePool, commits: &[&Commit], calls: &[AuditCall]) -> Result<HashSet<String>, sqlx::Error> {
+    let mut turn = OpenTurn(Some(pool.acquire().await?));
+    let result = match turn.0.as_deref_mut() {
+        Some(conn) => run_batch(SQLITE_TURN, conn, commits, calls).await,
+        None => Err(sqlx::Error::PoolClosed),
+    };
+    // A statement that failed left the transaction open (or never began it): it is rolled back
+    // here, and a connection that cannot confirm that is closed rather than lent again.
+    let clean = match (&result, turn.0.as_deref_mut()) {
+        (Ok(_), _) => true,
+        (Err(_), Some(conn)) => sqlx::query("ROLLBACK").execute(conn).await.is_ok(),
+        (Err(_), None) => false,
+    };
+    if clean {
+        // Back to the pool as any connection.
+        turn.0.take();
+    }
+    result
+}
+
+/// A connection inside a write turn that `SQLITE_TURN` began itself, so sqlx cannot know of
+/// the transaction: should the turn stop half-way (a failed rollback, a dropped future), the
+/// connection is closed, which rolls back what it held, instead of going back to the pool with
+/// an open transaction.
+struct OpenTurn(Option<PoolConnection<Sqlite>>);
+
+impl Drop for OpenTurn {
+    fn drop(&mut self) {
+        if let Some(conn) = &mut self.0 {
+            conn.close_on_drop();
+        }
+    }
+}
+
+/// Runs `SQLITE_BATCH` (inside a transaction the caller holds) for the rows of `commits`, with
 /// their audit rows, and the rows of `calls`; returns the calls whose check refused their rows.
 /// The first error stops it.
 pub(crate) async fn write_sqlite(
+    conn: &mut sqlx::SqliteConnection,
+    commits: &[&Commit],
+    calls: &[AuditCall],
+) -> Result<HashSet<String>, sqlx::Error> {
+    run_batch(SQLITE_BATCH, conn, commits, calls).await
+}
+
+/// `text` (`SQLITE_BATCH`, or `SQLITE_TURN` around it) with the rows bound.
+async fn run_batch(
+    text: &'static str,
     conn: &mut sqlx::SqliteConnection,
     commits: &[&Commit],
     calls: &[AuditCall],
@@ -281,7 +339,7 @@ pub(crate) async fn write_sqlite(
         .iter()
         .flat_map(|c| c.audit.iter().map(|r| audit_row(r, None)))
         .chain(calls.iter().flat_map(|c| c.rows.iter().map(|r| audit_row(r, c.if_current.as_ref()))));
-    let refused = sqlx::query(SQLITE_BATCH)
+    let refused = sqlx::query(text)
         .bind(json_rows(requests)?)
         .bind(json_rows(events)?)
         .bind(json_rows(views)?)
