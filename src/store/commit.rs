@@ -5,8 +5,9 @@
 //! parameters, arrays for the rows): one round trip, and the commits queued behind it go
 //! together as the next statement (ADR 0012). On SQLite the writer
 //! task hands a batch of concurrent commits to [`Store::commit_batch`], one transaction: all
-//! together in one statement text, or with a savepoint per command when that is refused, so one
-//! failure rejects only its own command (ADR 0013).
+//! together in one call (the transaction's begin and commit in the same statement text, ADR
+//! 0014), or with a savepoint per command when that is refused, so one failure rejects only its
+//! own command (ADR 0013).
 //!
 //! The event rows keep the shape the store crates write and read (`get_last_events` still reads
 //! them); a sequence number another writer took first, or a request id the stream already
@@ -247,7 +248,7 @@ impl Store {
                 continue;
             }
             let mut savepoint = sqlx::Connection::begin(&mut *tx).await?;
-            match write_sqlite(&mut savepoint, &[commit], &[]).await {
+            match run_batch(SQLITE_BATCH, &mut savepoint, &[commit], &[]).await {
                 Ok(_) => {
                     savepoint.commit().await?;
                     outcomes.push(Ok(()));
@@ -258,7 +259,7 @@ impl Store {
                 }
             }
         }
-        let refused = write_sqlite(&mut tx, &[], calls).await?;
+        let refused = run_batch(SQLITE_BATCH, &mut tx, &[], calls).await?;
         tx.commit().await?;
         Ok((outcomes, written_of(calls, &refused)))
     }
@@ -268,22 +269,11 @@ impl Store {
 /// streams `stream_of` accepted), with their audit rows, and the rows of `calls`, committed
 /// together or not at all; returns the calls whose check refused their rows.
 pub(crate) async fn write_turn(pool: &SqlitePool, commits: &[&Commit], calls: &[AuditCall]) -> Result<HashSet<String>, sqlx::Error> {
-    let mut turn = OpenTurn(Some(pool.acquire().await?));
-    let result = match turn.0.as_deref_mut() {
-        Some(conn) => run_batch(SQLITE_TURN, conn, commits, calls).await,
-        None => Err(sqlx::Error::PoolClosed),
-    };
+    let mut turn = OpenTurn { conn: pool.acquire().await?, open: true };
+    let result = run_batch(SQLITE_TURN, &mut turn.conn, commits, calls).await;
     // A statement that failed left the transaction open (or never began it): it is rolled back
     // here, and a connection that cannot confirm that is closed rather than lent again.
-    let clean = match (&result, turn.0.as_deref_mut()) {
-        (Ok(_), _) => true,
-        (Err(_), Some(conn)) => sqlx::query("ROLLBACK").execute(conn).await.is_ok(),
-        (Err(_), None) => false,
-    };
-    if clean {
-        // Back to the pool as any connection.
-        turn.0.take();
-    }
+    turn.open = result.is_err() && sqlx::query("ROLLBACK").execute(&mut *turn.conn).await.is_err();
     result
 }
 
@@ -291,28 +281,22 @@ pub(crate) async fn write_turn(pool: &SqlitePool, commits: &[&Commit], calls: &[
 /// the transaction: should the turn stop half-way (a failed rollback, a dropped future), the
 /// connection is closed, which rolls back what it held, instead of going back to the pool with
 /// an open transaction.
-struct OpenTurn(Option<PoolConnection<Sqlite>>);
+struct OpenTurn {
+    conn: PoolConnection<Sqlite>,
+    open: bool,
+}
 
 impl Drop for OpenTurn {
     fn drop(&mut self) {
-        if let Some(conn) = &mut self.0 {
-            conn.close_on_drop();
+        if self.open {
+            self.conn.close_on_drop();
         }
     }
 }
 
-/// Runs `SQLITE_BATCH` (inside a transaction the caller holds) for the rows of `commits`, with
-/// their audit rows, and the rows of `calls`; returns the calls whose check refused their rows.
-/// The first error stops it.
-pub(crate) async fn write_sqlite(
-    conn: &mut sqlx::SqliteConnection,
-    commits: &[&Commit],
-    calls: &[AuditCall],
-) -> Result<HashSet<String>, sqlx::Error> {
-    run_batch(SQLITE_BATCH, conn, commits, calls).await
-}
-
-/// `text` (`SQLITE_BATCH`, or `SQLITE_TURN` around it) with the rows bound.
+/// Runs `text` — `SQLITE_BATCH` inside a transaction the caller holds, or `SQLITE_TURN` — for
+/// the rows of `commits`, with their audit rows, and the rows of `calls`; returns the calls whose
+/// check refused their rows. The first error stops it.
 async fn run_batch(
     text: &'static str,
     conn: &mut sqlx::SqliteConnection,
@@ -369,6 +353,21 @@ mod tests {
         )
     }
 
+    /// A migrated SQLite store in a fresh file, and the file (for `remove_scratch`).
+    async fn scratch_store(settings: &PoolSettings) -> (Store, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("skillpilot-commit-{}.db", uuid::Uuid::new_v4()));
+        let store = Store::connect(&DbUrl::Sqlite(path.display().to_string()), settings).await.unwrap();
+        store.migrate().await.unwrap();
+        (store, path)
+    }
+
+    async fn remove_scratch(store: Store, path: std::path::PathBuf) {
+        store.close().await;
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
     fn commit(journey: &str, sequence: usize, payload: Value) -> Commit {
         let row = ToolCallRow {
             call_id: format!("call-{journey}-{sequence}"),
@@ -391,10 +390,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refused_write_turn_leaves_its_connection_without_a_transaction() {
+        // One connection: the refused turn's connection is the one used next.
+        let (store, path) = scratch_store(&PoolSettings { max_connections: 1, ..PoolSettings::default() }).await;
+        let Store::Sqlite(s) = &store else { unreachable!() };
+        let first = commit("a", 1, serde_json::json!({}));
+        write_turn(&s.pool, &[&first], &[]).await.unwrap();
+        // The same sequence number again: refused by its key half-way through the turn.
+        let taken = Commit { request_id: Some("r-other".into()), ..commit("a", 1, serde_json::json!({"n": 2})) };
+        let refused = write_turn(&s.pool, &[&taken], &[]).await;
+        assert!(matches!(&refused, Err(sqlx::Error::Database(_))), "{refused:?}");
+        // Nothing of it stayed, and the connection takes a new transaction (it would refuse one
+        // inside another) whose writes are committed.
+        let next = commit("b", 1, serde_json::json!({}));
+        write_turn(&s.pool, &[&next], &[]).await.unwrap();
+        let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql).fetch_one(&s.pool);
+        assert_eq!(count("SELECT COUNT(*) FROM events").await.unwrap(), 2);
+        assert_eq!(count("SELECT COUNT(*) FROM commit_requests WHERE request_id = 'r-other'").await.unwrap(), 0);
+        remove_scratch(store, path).await;
+    }
+
+    #[tokio::test]
     async fn a_sqlite_batch_stores_every_value_as_its_exact_text_and_refuses_a_taken_key_alone() {
-        let path = std::env::temp_dir().join(format!("skillpilot-commit-{}.db", uuid::Uuid::new_v4()));
-        let store = Store::connect(&DbUrl::Sqlite(path.display().to_string()), &PoolSettings::default()).await.unwrap();
-        store.migrate().await.unwrap();
+        let (store, path) = scratch_store(&PoolSettings::default()).await;
         // Text that JSON escapes (quotes, backslashes, control characters, a line separator),
         // text it does not (non-ASCII), and numbers at the edges of their types.
         let awkward = serde_json::json!({
@@ -443,9 +461,6 @@ mod tests {
         assert_eq!(count("SELECT COUNT(*) FROM events WHERE aggregate_id = 'c'").await.unwrap(), 1);
         assert_eq!(count("SELECT COUNT(*) FROM tool_calls WHERE call_id IN ('riding', 'current')").await.unwrap(), 2);
         assert_eq!(count("SELECT COUNT(*) FROM tool_calls WHERE call_id = 'stale'").await.unwrap(), 0);
-        drop(store);
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
+        remove_scratch(store, path).await;
     }
 }
