@@ -65,12 +65,28 @@ pub struct App {
     pub(crate) sessions: Bounded<String, crate::store::SessionRow>,
     /// Client registrations per address in the current hour (`oauth_register_per_hour`).
     pub(crate) registrations: Bounded<std::net::IpAddr, (u32, chrono::DateTime<chrono::Utc>)>,
+    /// The tokens each learning session was last handed, by session id, handed again while its
+    /// journey's version stands (`tokens::SessionTokens`).
+    pub(crate) session_tokens: Bounded<String, Arc<tokens::SessionTokens>>,
+    /// `learningSessionId`s opened before, by their BLAKE3 hash: the keys do not change while
+    /// the process runs, so a token that opened once opens the same way again.
+    pub(crate) opened_sessions: Bounded<[u8; 32], tokens::SessionClaims>,
 }
 
 impl App {
     /// Journeys held in memory (never more than `Settings::journey_cache`).
     pub fn journeys_cached(&self) -> usize {
         self.journeys.len()
+    }
+
+    /// The tokens a learning session was last handed (a new, empty set the first time).
+    pub(crate) fn session_tokens(&self, session_id: &str) -> Arc<tokens::SessionTokens> {
+        let key = session_id.to_owned();
+        self.session_tokens.get(&key).unwrap_or_else(|| {
+            let tokens = Arc::new(tokens::SessionTokens::default());
+            self.session_tokens.put(key, tokens.clone());
+            tokens
+        })
     }
 }
 
@@ -191,6 +207,8 @@ impl App {
             standing: Bounded::new(settings_cache),
             sessions: Bounded::new(settings_cache),
             registrations: Bounded::new(4096),
+            session_tokens: Bounded::new(settings_cache),
+            opened_sessions: Bounded::new(settings_cache),
         });
         app.catch_up_views().await.context("cannot bring the views up to date")?;
         // Analytics are caught up by every read and by the server's background projector; a

@@ -17,6 +17,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use futures_util::FutureExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerConfig,
@@ -227,7 +228,8 @@ impl ServerHandler for CoachServer {
             journey_id = tracing::field::Empty,
             outcome = tracing::field::Empty
         );
-        let handler = tokio::spawn(self.clone().handle(principal, call_id.clone(), name.clone(), args).instrument(span.clone()));
+        let handler = std::panic::AssertUnwindSafe(self.clone().handle(principal, call_id.clone(), name.clone(), args)).catch_unwind();
+        let handler = RunsToEnd(Some(Box::pin(handler.instrument(span.clone()))));
         let outcome = tokio::time::timeout(self.app.settings.mcp.handler_timeout, handler).instrument(span.clone()).await;
         let locale = self.app.settings.default_locale.clone();
         let dispatcher_error = |tool: &str, code: &'static str| {
@@ -326,6 +328,33 @@ fn challenge(app: &App, error: AppError) -> Response {
     response
 }
 
+/// A tool handler polled in the request's own task — no task of its own, no hop between
+/// threads for each call — that still runs to its end when its caller stops waiting (the
+/// handler timeout, a client gone): dropped unfinished, it goes on as a task of its own,
+/// exactly as a spawned handler would.
+struct RunsToEnd<F: std::future::Future + Send + 'static>(Option<std::pin::Pin<Box<F>>>);
+
+impl<F: std::future::Future + Send + 'static> std::future::Future for RunsToEnd<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let Some(handler) = self.0.as_mut() else { return std::task::Poll::Pending };
+        let output = std::task::ready!(handler.as_mut().poll(cx));
+        self.0 = None;
+        std::task::Poll::Ready(output)
+    }
+}
+
+impl<F: std::future::Future + Send + 'static> Drop for RunsToEnd<F> {
+    fn drop(&mut self) {
+        if let (Some(handler), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn(async move {
+                handler.await;
+            });
+        }
+    }
+}
+
 /// The `/mcp` router.
 pub fn router(app: Arc<App>, settings: &McpSettings, max_body_bytes: usize) -> Router {
     let mut config = StreamableHttpServerConfig::default()
@@ -367,7 +396,28 @@ fn allowed_origins(settings: &McpSettings, public_url: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::SKILL_MD;
+    use super::{RunsToEnd, SKILL_MD};
+
+    #[tokio::test]
+    async fn a_handler_its_caller_stops_waiting_for_still_runs_to_its_end() {
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let (done, finished) = tokio::sync::oneshot::channel::<&str>();
+        let handler = RunsToEnd(Some(Box::pin(async move {
+            let _ = wait.await;
+            let _ = done.send("finished");
+        })));
+        // The caller's timeout drops it half-way.
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(20), handler).await.is_err());
+        go.send(()).unwrap();
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), finished).await;
+        assert_eq!(outcome.unwrap().unwrap(), "finished");
+    }
+
+    #[tokio::test]
+    async fn a_handler_polled_to_its_end_answers_its_caller() {
+        let handler = RunsToEnd(Some(Box::pin(async { 42 })));
+        assert_eq!(handler.await, 42);
+    }
 
     /// Shorter texts must never weaken privacy, grading or state rules (docs/SKILL.md).
     #[test]

@@ -312,12 +312,14 @@ impl Call<'_> {
 
     /// The full context of a state, with tokens sealed for this session.
     fn context(&self, state: &LearningJourney) -> FullContext {
+        let reuse = self.app.session_tokens(&self.session.row.session_id);
         let sealer = SessionSealer {
             keys: &self.app.keys,
             session_id: &self.session.row.session_id,
             journey_id: self.journey_id(),
             now: self.app.clock.now(),
             ttl: self.app.settings.capability_ttl,
+            reuse: Some(&reuse),
         };
         self.app.context_of(state, &self.session.pack, self.session.tz, &sealer)
     }
