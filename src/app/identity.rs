@@ -55,7 +55,8 @@ pub fn bearer_of(header: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-fn hash_token(token: &str) -> String {
+/// The key a secret token is kept under (its BLAKE3 hash, never the token).
+pub(crate) fn hash_token(token: &str) -> String {
     blake3::hash(token.as_bytes()).to_hex().to_string()
 }
 

@@ -70,7 +70,7 @@ pub struct App {
     pub(crate) session_tokens: Bounded<String, Arc<tokens::SessionTokens>>,
     /// `learningSessionId`s opened before, by their BLAKE3 hash: the keys do not change while
     /// the process runs, so a token that opened once opens the same way again.
-    pub(crate) opened_sessions: Bounded<[u8; 32], tokens::SessionClaims>,
+    pub(crate) opened_sessions: Bounded<String, tokens::SessionClaims>,
 }
 
 impl App {
@@ -81,12 +81,7 @@ impl App {
 
     /// The tokens a learning session was last handed (a new, empty set the first time).
     pub(crate) fn session_tokens(&self, session_id: &str) -> Arc<tokens::SessionTokens> {
-        let key = session_id.to_owned();
-        self.session_tokens.get(&key).unwrap_or_else(|| {
-            let tokens = Arc::new(tokens::SessionTokens::default());
-            self.session_tokens.put(key, tokens.clone());
-            tokens
-        })
+        self.session_tokens.get_or_insert_with(session_id.to_owned(), Default::default)
     }
 }
 
@@ -108,6 +103,14 @@ impl<K: std::hash::Hash + Eq, V: Clone> Bounded<K, V> {
     pub fn put(&self, key: K, value: V) {
         if let Ok(mut cache) = self.0.lock() {
             cache.put(key, value);
+        }
+    }
+
+    /// A copy of the entry, made and stored first when there is none.
+    pub fn get_or_insert_with(&self, key: K, make: impl FnOnce() -> V) -> V {
+        match self.0.lock() {
+            Ok(mut cache) => cache.get_or_insert(key, make).clone(),
+            Err(_) => make(),
         }
     }
 

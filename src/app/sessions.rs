@@ -144,7 +144,7 @@ impl App {
     /// copy of the journey without reading the log — a write, whose commit proves the copy
     /// current (ADR 0009), or a read whose audit row is written only against it (ADR 0011).
     pub async fn resolve_session(&self, principal: &Principal, token: &str, unread: bool) -> Result<ActiveSession, AppError> {
-        let digest = *blake3::hash(token.as_bytes()).as_bytes();
+        let digest = super::identity::hash_token(token);
         let claims = match self.opened_sessions.get(&digest) {
             Some(claims) => claims,
             None => {
