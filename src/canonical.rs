@@ -8,46 +8,61 @@ use serde_json::Value;
 /// JSON with object keys sorted at every level and no insignificant whitespace, so the same
 /// value hashes the same whatever the database did to its text.
 pub fn canonical(value: &Value) -> String {
-    let mut out = String::new();
-    write(value, &mut out);
-    out
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail, and serde_json writes only UTF-8.
+    let _ = write(value, &mut out);
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write(value: &Value, out: &mut String) {
+/// A blake3 hash over a value's canonical form, written into the hasher as it is produced
+/// (no text of the whole value is built: hashing is on every commit's path).
+pub fn canonical_hash(value: &Value) -> blake3::Hash {
+    let mut hasher = blake3::Hasher::new();
+    // blake3's writer never fails.
+    let _ = write(value, &mut hasher);
+    hasher.finalize()
+}
+
+/// Writes a value's canonical form: keys and scalars exactly as serde_json's compact form
+/// writes them, objects with their keys in sorted order.
+pub fn write<W: std::io::Write>(value: &Value, out: &mut W) -> std::io::Result<()> {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.write_all(b"{")?;
+            for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                if let Some(v) = map.get(k) {
-                    write(v, out);
-                }
+                write_key(k, out)?;
+                write(v, out)?;
             }
-            out.push('}');
+            out.write_all(b"}")
         }
         Value::Array(items) => {
-            out.push('[');
+            out.write_all(b"[")?;
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                write(v, out);
+                write(v, out)?;
             }
-            out.push(']');
+            out.write_all(b"]")
         }
-        other => out.push_str(&other.to_string()),
+        other => serde_json::to_writer(out, other).map_err(std::io::Error::other),
     }
+}
+
+/// Writes an object key and its colon.
+pub fn write_key<W: std::io::Write>(key: &str, out: &mut W) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, key).map_err(std::io::Error::other)?;
+    out.write_all(b":")
 }
 
 /// A blake3 replay hash of a validated, canonicalised command input.
 pub fn replay_hash(input: &Value) -> String {
-    blake3::hash(canonical(input).as_bytes()).to_hex().to_string()
+    canonical_hash(input).to_hex().to_string()
 }
 
 #[cfg(test)]
@@ -61,5 +76,12 @@ mod tests {
         let b: Value = serde_json::from_str(r#"{ "payload":[true,false], "instance":3, "step":"recallGrading" }"#).unwrap();
         assert_eq!(replay_hash(&a), replay_hash(&b));
         assert_ne!(replay_hash(&a), replay_hash(&json!({"step": "recallGrading", "instance": 3, "payload": [false, true]})));
+    }
+
+    #[test]
+    fn the_canonical_form_sorts_keys_at_every_level_and_escapes_as_serde_json_does() {
+        let v = json!({"b": [1, {"z": null, "a": "x\"y\n\u{e9}"}], "a": 1.5, "\u{1}k": true});
+        assert_eq!(canonical(&v), "{\"\\u0001k\":true,\"a\":1.5,\"b\":[1,{\"a\":\"x\\\"y\\n\u{e9}\",\"z\":null}]}");
+        assert_eq!(canonical_hash(&v), blake3::hash(canonical(&v).as_bytes()));
     }
 }

@@ -5,7 +5,8 @@
 //! every supported locale, assets that exist. Validation names the file and the field of
 //! the first problem, because a teacher fixing a pack needs the place, not a stack trace.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -147,6 +148,58 @@ pub struct Pack {
     pub goals: Vec<Goal>,
     /// The final exam: its tasks and pass mark.
     pub exam: Exam,
+    /// Where each goal is and which are leaves, built on the first query: every context asks
+    /// these questions many times, and a scan of the goals per question was a measured share
+    /// of a call's CPU. A pack is not changed once queried (a published version never is).
+    #[serde(skip)]
+    index: OnceLock<PackIndex>,
+}
+
+/// The goals' positions by id (the first, as a scan would find it), which are leaves, and the
+/// leaves under each goal.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct PackIndex {
+    position: HashMap<String, usize>,
+    parent: Vec<bool>,
+    leaves: Vec<usize>,
+    /// By a goal's position: the leaves within it (itself when a leaf), in curriculum order.
+    under: Vec<Vec<usize>>,
+}
+
+impl PackIndex {
+    fn of(goals: &[Goal]) -> Self {
+        let mut position = HashMap::with_capacity(goals.len());
+        for (i, goal) in goals.iter().enumerate() {
+            position.entry(goal.id.clone()).or_insert(i);
+        }
+        let mut parent = vec![false; goals.len()];
+        for goal in goals {
+            // Every goal with this id counts as a parent, as `any` over the goals did.
+            for (i, candidate) in goals.iter().enumerate() {
+                if goal.parent.as_deref() == Some(candidate.id.as_str()) {
+                    parent[i] = true;
+                }
+            }
+        }
+        let leaves: Vec<usize> = (0..goals.len()).filter(|&i| !parent[i]).collect();
+        let mut under = vec![Vec::new(); goals.len()];
+        for &leaf in &leaves {
+            // The leaf and its ancestors, as `Pack::is_within` walks them (a cycle ends the walk).
+            let mut at = Some(leaf);
+            let mut steps = 0;
+            while let Some(i) = at {
+                if !under[i].contains(&leaf) {
+                    under[i].push(leaf);
+                }
+                steps += 1;
+                if steps > goals.len() {
+                    break;
+                }
+                at = goals[i].parent.as_deref().and_then(|p| position.get(p).copied());
+            }
+        }
+        Self { position, parent, leaves, under }
+    }
 }
 
 /// Why a pack refused to load: the file and the field, then what is wrong.
@@ -360,24 +413,35 @@ impl Pack {
         })
     }
 
+    fn index(&self) -> &PackIndex {
+        self.index.get_or_init(|| PackIndex::of(&self.goals))
+    }
+
     /// The goal with this id.
     pub fn goal(&self, id: &str) -> Option<&Goal> {
-        self.goals.iter().find(|g| g.id == id)
+        self.index().position.get(id).and_then(|&i| self.goals.get(i))
     }
 
     /// Whether the goal has children.
     pub fn is_parent(&self, id: &str) -> bool {
-        self.goals.iter().any(|g| g.parent.as_deref() == Some(id))
+        let index = self.index();
+        // A child may name a parent id that no goal has (validation refuses such a pack).
+        index.position.get(id).map_or_else(|| self.goals.iter().any(|g| g.parent.as_deref() == Some(id)), |&i| index.parent[i])
     }
 
     /// Leaf goals (the taught ones), in curriculum order.
     pub fn leaves(&self) -> impl Iterator<Item = &Goal> {
-        self.goals.iter().filter(|g| !self.is_parent(&g.id))
+        self.index().leaves.iter().filter_map(|&i| self.goals.get(i))
     }
 
     /// The leaves under a goal (the goal itself when it is a leaf), in curriculum order.
     pub fn leaves_under<'a>(&'a self, id: &'a str) -> Vec<&'a Goal> {
-        self.leaves().filter(|leaf| self.is_within(&leaf.id, id)).collect()
+        let index = self.index();
+        match index.position.get(id) {
+            Some(&i) => index.under[i].iter().filter_map(|&l| self.goals.get(l)).collect(),
+            // An id no goal has: only a leaf naming it as a parent could lie below it.
+            None => self.leaves().filter(|leaf| self.is_within(&leaf.id, id)).collect(),
+        }
     }
 
     /// Whether `goal` is `ancestor` or lies below it.
@@ -480,6 +544,23 @@ mod tests {
         assert!(pack.goals.iter().filter(|g| g.visualization.is_some()).count() >= 4);
         assert!(pack.goals.iter().filter_map(|g| g.visualization.as_ref()).all(|v| v.svg.contains("<svg")));
         assert!(pack.exam.tasks.len() >= 4);
+    }
+
+    #[test]
+    fn the_pack_index_answers_as_a_scan_of_the_goals_does() {
+        let pack = load(&json()).unwrap();
+        assert!(pack.goals.iter().any(|g| g.parent.is_some()), "the shipped pack has parents to test with");
+        let scan_parent = |id: &str| pack.goals.iter().any(|g| g.parent.as_deref() == Some(id));
+        let scan_leaves: Vec<&str> = pack.goals.iter().filter(|g| !scan_parent(&g.id)).map(|g| g.id.as_str()).collect();
+        assert_eq!(pack.leaves().map(|g| g.id.as_str()).collect::<Vec<_>>(), scan_leaves);
+        for goal in &pack.goals {
+            assert_eq!(pack.goal(&goal.id).map(|g| g.id.as_str()), Some(goal.id.as_str()));
+            assert_eq!(pack.is_parent(&goal.id), scan_parent(&goal.id), "{}", goal.id);
+            let scanned: Vec<&str> = scan_leaves.iter().copied().filter(|leaf| pack.is_within(leaf, &goal.id)).collect();
+            assert_eq!(pack.leaves_under(&goal.id).iter().map(|g| g.id.as_str()).collect::<Vec<_>>(), scanned, "{}", goal.id);
+        }
+        assert!(pack.goal("no-such-goal").is_none());
+        assert!(pack.leaves_under("no-such-goal").is_empty());
     }
 
     #[test]

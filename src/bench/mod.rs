@@ -175,8 +175,9 @@ impl Coach {
         let (body, elapsed) =
             self.rpc(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}})).await;
         let mut s = samples.lock().await;
-        let result = body.as_ref().map(|b| b["result"].clone()).filter(|r| r.is_object());
-        match &result {
+        // Taken, not cloned: the generator shares the machine with what it measures.
+        let mut result = body.map(|mut b| b["result"].take()).filter(Value::is_object);
+        match &mut result {
             Some(r) if r["isError"] == true => {
                 if r["structuredContent"]["error"]["code"] == "STATE_CONFLICT" {
                     *s.conflicts.entry(tool.to_owned()).or_default() += 1;
@@ -187,7 +188,7 @@ impl Coach {
             }
             Some(r) => {
                 s.latencies.entry(tool.to_owned()).or_default().push(elapsed);
-                Some(r["structuredContent"].clone())
+                Some(r["structuredContent"].take())
             }
             None => {
                 *s.errors.entry(tool.to_owned()).or_default() += 1;

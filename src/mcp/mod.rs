@@ -197,13 +197,18 @@ impl CoachServer {
 
 impl ServerHandler for CoachServer {
     fn get_info(&self) -> ServerConfig {
-        serde_json::from_value(json!({
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"tools": {"listChanged": false}, "resources": {}},
-            "serverInfo": {"name": "skillpilot", "title": "SkillPilot", "version": env!("CARGO_PKG_VERSION")},
-            "instructions": SKILL_MD,
-        }))
-        .unwrap_or_default()
+        // rmcp asks for this on every request, not only at `initialize`: built once.
+        static INFO: std::sync::OnceLock<ServerConfig> = std::sync::OnceLock::new();
+        INFO.get_or_init(|| {
+            serde_json::from_value(json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {"listChanged": false}, "resources": {}},
+                "serverInfo": {"name": "skillpilot", "title": "SkillPilot", "version": env!("CARGO_PKG_VERSION")},
+                "instructions": SKILL_MD,
+            }))
+            .unwrap_or_default()
+        })
+        .clone()
     }
 
     async fn list_tools(&self, _: Option<PaginatedRequestParams>, _: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {

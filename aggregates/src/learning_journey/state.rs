@@ -373,11 +373,12 @@ impl LearningJourney {
         let mut due: Vec<(DateTime<Utc>, usize, &str)> = Vec::new();
         let mut order = 0usize;
         for goal in pack.leaves() {
+            if !self.is_mastered(&goal.id) || scope.as_ref().is_some_and(|s| !s.contains(goal.id.as_str())) {
+                order += goal.cards.len();
+                continue;
+            }
             for card in &goal.cards {
                 order += 1;
-                if !self.is_mastered(&goal.id) || scope.as_ref().is_some_and(|s| !s.contains(goal.id.as_str())) {
-                    continue;
-                }
                 if let Some(mem) = self.cards.get(&card.id) {
                     if mem.due <= now {
                         due.push((mem.due, order, card.id.as_str()));
