@@ -27,19 +27,7 @@ pub fn canonical_hash(value: &Value) -> blake3::Hash {
 /// writes them, objects with their keys in sorted order.
 pub fn write<W: std::io::Write>(value: &Value, out: &mut W) -> std::io::Result<()> {
     match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.write_all(b"{")?;
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.write_all(b",")?;
-                }
-                write_key(k, out)?;
-                write(v, out)?;
-            }
-            out.write_all(b"}")
-        }
+        Value::Object(map) => write_object(map.iter(), out),
         Value::Array(items) => {
             out.write_all(b"[")?;
             for (i, v) in items.iter().enumerate() {
@@ -52,6 +40,21 @@ pub fn write<W: std::io::Write>(value: &Value, out: &mut W) -> std::io::Result<(
         }
         other => serde_json::to_writer(out, other).map_err(std::io::Error::other),
     }
+}
+
+/// Writes an object of these members, their keys in sorted order.
+pub fn write_object<'a, W: std::io::Write>(members: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut W) -> std::io::Result<()> {
+    let mut entries: Vec<(&String, &Value)> = members.collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    out.write_all(b"{")?;
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        write_key(k, out)?;
+        write(v, out)?;
+    }
+    out.write_all(b"}")
 }
 
 /// Writes an object key and its colon.

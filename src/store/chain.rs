@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use std::io::Write;
 
-use crate::canonical::{write, write_key};
+use crate::canonical::{write, write_key, write_object};
 
 /// The `prevHash` of a stream's first event.
 pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -51,19 +51,7 @@ fn write_link<W: Write>(link: &Link<'_>, out: &mut W) -> std::io::Result<()> {
     out.write_all(b",")?;
     write_key("metadata", out)?;
     match link.metadata {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().filter(|(k, _)| k.as_str() != "chainHash").collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.write_all(b"{")?;
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.write_all(b",")?;
-                }
-                write_key(k, out)?;
-                write(v, out)?;
-            }
-            out.write_all(b"}")?;
-        }
+        Value::Object(map) => write_object(map.iter().filter(|(k, _)| k.as_str() != "chainHash"), out)?,
         other => write(other, out)?,
     }
     out.write_all(b",")?;
