@@ -152,16 +152,26 @@ pub struct Pack {
     /// these questions many times, and a scan of the goals per question was a measured share
     /// of a call's CPU. A pack is not changed once queried (a published version never is).
     #[serde(skip)]
-    index: OnceLock<PackIndex>,
+    index: Indexed,
 }
 
-/// The goals' positions by id (the first, as a scan would find it), which are leaves, and the
-/// leaves under each goal.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A pack's index, once built. It is derived from the goals, so it takes no part in a pack's
+/// equality: a queried pack equals its unqueried copy.
+#[derive(Clone, Debug, Default)]
+struct Indexed(OnceLock<PackIndex>);
+
+impl PartialEq for Indexed {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// The goals' positions by id (the first, as a scan would find it), which are parents, and
+/// the leaves under each goal.
+#[derive(Clone, Debug)]
 struct PackIndex {
     position: HashMap<String, usize>,
     parent: Vec<bool>,
-    leaves: Vec<usize>,
     /// By a goal's position: the leaves within it (itself when a leaf), in curriculum order.
     under: Vec<Vec<usize>>,
 }
@@ -172,18 +182,9 @@ impl PackIndex {
         for (i, goal) in goals.iter().enumerate() {
             position.entry(goal.id.clone()).or_insert(i);
         }
-        let mut parent = vec![false; goals.len()];
-        for goal in goals {
-            // Every goal with this id counts as a parent, as `any` over the goals did.
-            for (i, candidate) in goals.iter().enumerate() {
-                if goal.parent.as_deref() == Some(candidate.id.as_str()) {
-                    parent[i] = true;
-                }
-            }
-        }
-        let leaves: Vec<usize> = (0..goals.len()).filter(|&i| !parent[i]).collect();
+        let parent: Vec<bool> = goals.iter().map(|c| goals.iter().any(|g| g.parent.as_deref() == Some(c.id.as_str()))).collect();
         let mut under = vec![Vec::new(); goals.len()];
-        for &leaf in &leaves {
+        for leaf in (0..goals.len()).filter(|&i| !parent[i]) {
             // The leaf and its ancestors, as `Pack::is_within` walks them (a cycle ends the walk).
             let mut at = Some(leaf);
             let mut steps = 0;
@@ -198,7 +199,7 @@ impl PackIndex {
                 at = goals[i].parent.as_deref().and_then(|p| position.get(p).copied());
             }
         }
-        Self { position, parent, leaves, under }
+        Self { position, parent, under }
     }
 }
 
@@ -414,7 +415,7 @@ impl Pack {
     }
 
     fn index(&self) -> &PackIndex {
-        self.index.get_or_init(|| PackIndex::of(&self.goals))
+        self.index.0.get_or_init(|| PackIndex::of(&self.goals))
     }
 
     /// The goal with this id.
@@ -431,7 +432,7 @@ impl Pack {
 
     /// Leaf goals (the taught ones), in curriculum order.
     pub fn leaves(&self) -> impl Iterator<Item = &Goal> {
-        self.index().leaves.iter().filter_map(|&i| self.goals.get(i))
+        self.goals.iter().zip(&self.index().parent).filter(|(_, &parent)| !parent).map(|(goal, _)| goal)
     }
 
     /// The leaves under a goal (the goal itself when it is a leaf), in curriculum order.
@@ -561,6 +562,15 @@ mod tests {
         }
         assert!(pack.goal("no-such-goal").is_none());
         assert!(pack.leaves_under("no-such-goal").is_empty());
+    }
+
+    #[test]
+    fn a_queried_pack_equals_its_unqueried_copy() {
+        let pack: Pack = serde_json::from_value(json()).unwrap();
+        let copy: Pack = serde_json::from_value(json()).unwrap();
+        assert!(pack.leaves().count() > 0);
+        assert_eq!(pack, copy);
+        assert_eq!(copy, pack);
     }
 
     #[test]
