@@ -9,7 +9,9 @@
 //! Audit rows that belong to no commit (reads, refusals, the dispatcher's exits) ride along, or
 //! are written without waiting for their flush when no commit is queued; the rows of a read
 //! answered from the cached journey are written only if its log still ends there, judged after
-//! the batch's commits (ADR 0011).
+//! the batch's commits (ADR 0011). On PostgreSQL those checked reads go to the commit task and
+//! ride in its last statement (ADR 0016); the other rows go to a writer task of their own, whose
+//! statements never wait behind a commit.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use std::collections::HashSet;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::CommitMetrics;
-use crate::store::{AuditCall, Commit, HeldConnection, IfCurrent, Store, StoreError, ToolCallRow};
+use crate::store::{written_of, AuditCall, Commit, HeldConnection, IfCurrent, Store, StoreError, ToolCallRow};
 
 enum Item {
     Commit { commit: Commit, ack: oneshot::Sender<Result<(), StoreError>> },
@@ -32,8 +34,9 @@ type Round = (HashSet<String>, Vec<(Commit, CommitAck)>);
 /// The handle to the writer task; dropping the last handle ends the task.
 pub struct Writer {
     tx: mpsc::Sender<Item>,
-    /// PostgreSQL's commit task (none on SQLite, whose commits the writer task batches).
-    pg_commits: Option<mpsc::Sender<(Commit, CommitAck)>>,
+    /// PostgreSQL's commit task, which takes the checked reads' audit rows too (none on SQLite,
+    /// whose commits the writer task batches).
+    pg_commits: Option<mpsc::Sender<Item>>,
 }
 
 const MAX_BATCH: usize = 256;
@@ -89,10 +92,7 @@ impl Writer {
     /// Commits one command's writes; returns once they are durable.
     pub async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         let (ack, done) = oneshot::channel();
-        match &self.pg_commits {
-            Some(pg) => pg.send((commit, ack)).await.map_err(|_| stopped())?,
-            None => self.tx.send(Item::Commit { commit, ack }).await.map_err(|_| stopped())?,
-        }
+        self.pg_commits.as_ref().unwrap_or(&self.tx).send(Item::Commit { commit, ack }).await.map_err(|_| stopped())?;
         done.await.unwrap_or_else(|_| Err(stopped()))
     }
 
@@ -110,12 +110,22 @@ impl Writer {
 
     async fn audit_call(&self, call: AuditCall) -> Result<bool, StoreError> {
         let (ack, done) = oneshot::channel();
-        self.tx.send(Item::Audit { call, ack }).await.map_err(|_| stopped())?;
+        // On PostgreSQL a checked read's rows ride in the next commit statement (ADR 0016); the
+        // rest go to the writer task, so the dispatcher's exits never queue behind a commit
+        // that hangs.
+        let task = match &self.pg_commits {
+            Some(pg) if call.if_current.is_some() => pg,
+            _ => &self.tx,
+        };
+        task.send(Item::Audit { call, ack }).await.map_err(|_| stopped())?;
         done.await.unwrap_or_else(|_| Err(stopped()))
     }
 }
 
-async fn write_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConnection, batch: Vec<Item>) {
+type CallAck = oneshot::Sender<Result<bool, StoreError>>;
+
+/// A batch's commits, and its calls of no commit with their acknowledgements.
+fn split(batch: Vec<Item>) -> (Vec<(Commit, CommitAck)>, Vec<AuditCall>, Vec<CallAck>) {
     let (mut commits, mut calls, mut call_acks) = (Vec::new(), Vec::new(), Vec::new());
     for item in batch {
         match item {
@@ -126,6 +136,27 @@ async fn write_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConn
             }
         }
     }
+    (commits, calls, call_acks)
+}
+
+/// Tells each call whether its rows were written.
+fn answer_calls(call_acks: Vec<CallAck>, written: Result<Vec<bool>, StoreError>) {
+    match written {
+        Ok(written) => {
+            for (ack, written) in call_acks.into_iter().zip(written) {
+                let _ = ack.send(Ok(written));
+            }
+        }
+        Err(e) => {
+            for ack in call_acks {
+                let _ = ack.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+async fn write_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConnection, batch: Vec<Item>) {
+    let (commits, calls, call_acks) = split(batch);
     let written = if commits.is_empty() {
         store.write_audit(held, &calls).await
     } else {
@@ -153,18 +184,7 @@ async fn write_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConn
             }
         }
     };
-    match written {
-        Ok(written) => {
-            for (ack, written) in call_acks.into_iter().zip(written) {
-                let _ = ack.send(Ok(written));
-            }
-        }
-        Err(e) => {
-            for ack in call_acks {
-                let _ = ack.send(Err(e.clone()));
-            }
-        }
-    }
+    answer_calls(call_acks, written);
 }
 
 /// Starts PostgreSQL's commit task: one statement at a time, each with every commit queued
@@ -172,9 +192,10 @@ async fn write_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConn
 /// most of a commit's on a busy machine, so the larger the batches the better; the price is that
 /// a commit may wait one statement's time, as on SQLite's single writer. Against two and four
 /// statements in flight, one cost the least CPU per command and gave the most writes/s at 16
-/// coaches (docs/performance.md, ADR 0012).
-fn start_pg_commits(store: Arc<Store>, metrics: CommitMetrics) -> mpsc::Sender<(Commit, CommitAck)> {
-    let (tx, mut rx) = mpsc::channel::<(Commit, CommitAck)>(4096);
+/// coaches (docs/performance.md, ADR 0012). The checked reads' audit rows queued meanwhile ride
+/// in the last statement, or are one relaxed statement when no commit is queued (ADR 0016).
+fn start_pg_commits(store: Arc<Store>, metrics: CommitMetrics) -> mpsc::Sender<Item> {
+    let (tx, mut rx) = mpsc::channel::<Item>(4096);
     tokio::spawn(async move {
         let mut held = HeldConnection::default();
         while let Some(batch) = next_batch_holding(&mut rx, &mut held).await {
@@ -196,10 +217,17 @@ fn keys_of(commit: &Commit) -> impl Iterator<Item = String> + '_ {
 /// Commits a batch on PostgreSQL in as few statements as its keys allow. Commands are sorted by
 /// their keys, so concurrent statements take their row locks in one order (no deadlock between
 /// them); commands that share a key (a retry racing its original) go in separate statements.
-async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConnection, mut batch: Vec<(Commit, CommitAck)>) {
-    batch.sort_by_cached_key(|(commit, _)| keys_of(commit).collect::<Vec<_>>());
+/// The batch's calls ride in the last statement, after every other round has committed, so
+/// their checks are judged against the heads the whole batch leaves.
+async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConnection, batch: Vec<Item>) {
+    let (mut commits, calls, call_acks) = split(batch);
+    if commits.is_empty() {
+        answer_calls(call_acks, store.write_audit(held, &calls).await);
+        return;
+    }
+    commits.sort_by_cached_key(|(commit, _)| keys_of(commit).collect::<Vec<_>>());
     let mut rounds: Vec<Round> = Vec::new();
-    for (commit, ack) in batch {
+    for (commit, ack) in commits {
         let keys: Vec<String> = keys_of(&commit).collect();
         match rounds.iter_mut().find(|(taken, _)| keys.iter().all(|k| !taken.contains(k))) {
             Some((taken, round)) => {
@@ -209,13 +237,20 @@ async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, held: &mut Held
             None => rounds.push((keys.into_iter().collect(), vec![(commit, ack)])),
         }
     }
-    for (_, round) in rounds {
+    let last = rounds.len() - 1;
+    // The calls' outcome once a statement wrote their rows or the database was unreachable.
+    let mut written = None;
+    for (i, (_, round)) in rounds.into_iter().enumerate() {
+        let riding: &[AuditCall] = if i == last { &calls } else { &[] };
         let units: Vec<&Commit> = round.iter().map(|(c, _)| c).collect();
         metrics.transaction(units.len());
-        match store.commit_pg(held, &units).await {
-            Ok(()) => {
+        match store.commit_pg(held, &units, riding).await {
+            Ok(refused) => {
                 for (_, ack) in round {
                     let _ = ack.send(Ok(()));
+                }
+                if i == last {
+                    written = Some(Ok(written_of(&calls, &refused)));
                 }
             }
             // The statement wrote nothing; a taken key, a refused value or any other error of
@@ -225,7 +260,7 @@ async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, held: &mut Held
                 tracing::debug!(error = %e, commits = units.len(), "a batched commit was refused; committing its commands one by one");
                 for (commit, ack) in round {
                     metrics.transaction(1);
-                    let outcome = store.commit_pg(held, &[&commit]).await;
+                    let outcome = store.commit_pg(held, &[&commit], &[]).await.map(|_| ());
                     if outcome.is_err() {
                         metrics.refused_in_batch();
                     }
@@ -233,10 +268,19 @@ async fn commit_pg_batch(store: &Store, metrics: &CommitMetrics, held: &mut Held
                 }
             }
             Err(e) => {
+                if matches!(e, StoreError::Unavailable(_)) {
+                    written = Some(Err(e.clone()));
+                }
                 for (_, ack) in round {
                     let _ = ack.send(Err(e.clone()));
                 }
             }
         }
     }
+    // A refused last statement wrote none of the calls' rows: they are written on their own.
+    let written = match written {
+        Some(written) => written,
+        None => store.write_audit(held, &calls).await,
+    };
+    answer_calls(call_acks, written);
 }

@@ -3,7 +3,8 @@
 //! reach, a snapshot when one is due, and the tool call's audit rows — one transaction, one
 //! flush (ADR 0006). On PostgreSQL it is one statement (data-modifying CTEs over typed
 //! parameters, arrays for the rows): one round trip, and the commits queued behind it go
-//! together as the next statement (ADR 0012). On SQLite the writer
+//! together as the next statement (ADR 0012), with the checked reads' audit rows queued
+//! meanwhile (ADR 0016). On SQLite the writer
 //! task hands a batch of concurrent commits to [`Store::commit_batch`], one transaction: all
 //! together in one call (the transaction's begin and commit in the same statement text, ADR
 //! 0014), or with a savepoint per command when that is refused, so one failure rejects only its
@@ -58,8 +59,10 @@ macro_rules! snapshot_upsert_tail {
 /// The commits of a batch of concurrent commands on PostgreSQL as one statement: the rows of
 /// every command as `unnest` arrays, so one statement text serves any batch and a batch of one.
 /// A command without a request id has no key row; one without a view row or a snapshot has none
-/// of those rows.
-const PG_COMMIT: &str = concat!(
+/// of those rows. This is the statement's head, `$1`–`$20`; its tails write the audit rows.
+macro_rules! pg_commit_head {
+    () => {
+        concat!(
     "
 WITH request AS (
     INSERT INTO commit_requests (aggregate_type, aggregate_id, request_id, first_sequence, last_sequence)
@@ -79,15 +82,64 @@ WITH request AS (
 ), snapshot_row AS (
     INSERT INTO journey_snapshots (journey_id, schema, version, chain_hash, state)
     SELECT * FROM unnest(CAST($16 AS text[]), CAST($17 AS bigint[]), CAST($18 AS bigint[]), CAST($19 AS text[]), CAST($20 AS text[]))",
-    snapshot_upsert_tail!(),
+    snapshot_upsert_tail!()
+)
+    };
+}
+
+/// The audit rows, `$21`–`$29` in `audit_columns!` order, as `unnest` arrays.
+macro_rules! pg_audit_arrays {
+    () => {
+        "unnest(CAST($21 AS text[]), CAST($22 AS text[]), CAST($23 AS text[]), CAST($24 AS text[]), CAST($25 AS text[]),
+        CAST($26 AS text[]), CAST($27 AS bigint[]), CAST($28 AS bigint[]), CAST($29 AS bigint[])"
+    };
+}
+
+/// A batch of commits with their own audit rows.
+const PG_COMMIT: &str = concat!(
+    pg_commit_head!(),
     "
 ), audit_rows AS (
-    INSERT INTO tool_calls (call_id, phase, writer, tool, journey_id, code, events_appended, duration_ms, at_ms)
-    SELECT * FROM unnest(CAST($21 AS text[]), CAST($22 AS text[]), CAST($23 AS text[]), CAST($24 AS text[]), CAST($25 AS text[]),
-        CAST($26 AS text[]), CAST($27 AS bigint[]), CAST($28 AS bigint[]), CAST($29 AS bigint[]))
+    INSERT INTO tool_calls (",
+    audit_columns!(),
+    ")
+    SELECT * FROM ",
+    pg_audit_arrays!(),
+    ")
     ON CONFLICT DO NOTHING
 )
 SELECT COUNT(*) AS appended FROM ev"
+);
+
+/// `PG_COMMIT` with the audit rows of concurrent reads riding along (ADR 0016), so a read's
+/// rows cost no statement of their own: a row with a journey and a version to check (`$30`,
+/// `$31`) is written only while that journey's log ends at that version (ADR 0011). The check
+/// reads the log as it was before the statement (a statement does not see its own inserts), so
+/// it is only asked of journeys the statement does not append to; for those it does,
+/// [`Store::commit_pg`] judges the check against the commit's last sequence itself. Returns
+/// the calls whose check failed.
+const PG_COMMIT_WITH_READS: &str = concat!(
+    pg_commit_head!(),
+    "
+), judged AS (
+    SELECT v.*, (v.check_journey IS NULL OR v.check_version = COALESCE(
+        (SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $32 AND e.aggregate_id = v.check_journey), 0)) AS current
+    FROM ",
+    pg_audit_arrays!(),
+    ", CAST($30 AS text[]), CAST($31 AS bigint[]))
+        AS v (",
+    audit_columns!(),
+    ", check_journey, check_version)
+), audit_rows AS (
+    INSERT INTO tool_calls (",
+    audit_columns!(),
+    ")
+    SELECT ",
+    audit_columns!(),
+    " FROM judged WHERE current
+    ON CONFLICT DO NOTHING
+)
+SELECT (SELECT COUNT(*) FROM ev) AS appended, ARRAY(SELECT DISTINCT call_id FROM judged WHERE NOT current) AS refused"
 );
 
 /// SQLite's one statement text for the commit path's writes (sqlx runs its statements one
@@ -168,17 +220,49 @@ impl Store {
     /// its own typed parameter (arrays for the rows), so nothing is parsed twice and the plan has
     /// no lookup for the planner to get wrong. The statement is all or nothing: the writer hands
     /// it commands on distinct streams, and reruns each alone when a batch is refused.
-    pub(crate) async fn commit_pg(&self, held: &mut HeldConnection, commits: &[&Commit]) -> Result<(), StoreError> {
+    ///
+    /// The rows of `calls` of no commit ride along (ADR 0016), a checked read's (ADR 0011)
+    /// judged against the heads the statement leaves; returns the calls whose check refused
+    /// their rows.
+    pub(crate) async fn commit_pg(
+        &self,
+        held: &mut HeldConnection,
+        commits: &[&Commit],
+        calls: &[AuditCall],
+    ) -> Result<HashSet<String>, StoreError> {
         let Self::Postgres(s) = self else { return Err(StoreError::Database("commit_pg on a SQLite store".into())) };
         let streams = commits.iter().map(|c| stream_of(c)).collect::<Result<Vec<_>, _>>()?;
+        // A check on a journey the statement appends to is judged here: the statement's check
+        // sees the log as it was before, and after it the log ends at the commit's last sequence.
+        let heads: std::collections::HashMap<&str, i64> = streams
+            .iter()
+            .filter(|(aggregate_type, _, _, _)| *aggregate_type == LearningJourney::TYPE)
+            .map(|(_, aggregate_id, _, last)| (*aggregate_id, *last))
+            .collect();
+        let mut refused = HashSet::new();
+        let mut audit: Vec<ToolCallRow> = commits.iter().flat_map(|c| c.audit.iter().cloned()).collect();
+        let mut checks: Vec<Option<(&str, i64)>> = vec![None; audit.len()];
+        for call in calls {
+            let check = call.if_current.as_ref().map(|c| (c.journey_id.as_str(), i64_of(c.version)));
+            let check = match check.and_then(|(journey, version)| heads.get(journey).map(|head| *head == version)) {
+                Some(true) => None,
+                Some(false) => {
+                    refused.extend(call.rows.first().map(|r| r.call_id.clone()));
+                    continue;
+                }
+                None => check,
+            };
+            audit.extend(call.rows.iter().cloned());
+            checks.extend(call.rows.iter().map(|_| check));
+        }
         // The commands with a request id: their stream and first and last sequence, and the id.
         let keyed: Vec<_> = streams.iter().zip(commits).filter_map(|(stream, c)| c.request_id.as_deref().map(|r| (stream, r))).collect();
         let events: Vec<&StoredEvent> = commits.iter().flat_map(|c| &c.events).collect();
         let views: Vec<&(String, u64, Value)> = commits.iter().filter_map(|c| c.view.as_ref()).collect();
         let snapshots: Vec<&(String, Snapshot)> = commits.iter().filter_map(|c| c.snapshot.as_ref()).collect();
-        let audit: Vec<ToolCallRow> = commits.iter().flat_map(|c| c.audit.iter().cloned()).collect();
+        let text = if calls.is_empty() { PG_COMMIT } else { PG_COMMIT_WITH_READS };
         let query = bind_audit_arrays(
-            sqlx::query(PG_COMMIT)
+            sqlx::query(text)
                 .bind(keyed.iter().map(|((t, _, _, _), _)| *t).collect::<Vec<_>>())
                 .bind(keyed.iter().map(|((_, id, _, _), _)| *id).collect::<Vec<_>>())
                 .bind(keyed.iter().map(|(_, request_id)| *request_id).collect::<Vec<_>>())
@@ -201,6 +285,14 @@ impl Store {
                 .bind(snapshots.iter().map(|(_, snap)| snap.state.to_string()).collect::<Vec<_>>()),
             &audit,
         );
+        let query = if calls.is_empty() {
+            query
+        } else {
+            query
+                .bind(checks.iter().map(|c| c.map(|(journey, _)| journey)).collect::<Vec<_>>())
+                .bind(checks.iter().map(|c| c.map(|(_, version)| version)).collect::<Vec<_>>())
+                .bind(LearningJourney::TYPE)
+        };
         // A request id a stream holds (the idempotency key) or a sequence number another
         // writer took is a taken key: the whole statement is refused.
         let row = super::on_held!(s, held, conn => query.fetch_one(conn).await).map_err(commit_error)?;
@@ -208,7 +300,10 @@ impl Store {
         if usize::try_from(appended).ok() != Some(events.len()) {
             return Err(StoreError::Database(format!("a commit stored {appended} of {} events", events.len())));
         }
-        Ok(())
+        if !calls.is_empty() {
+            refused.extend(sqlx::Row::try_get::<Vec<String>, _>(&row, "refused")?);
+        }
+        Ok(refused)
     }
 
     /// Commits a batch of concurrent commands on SQLite, with the audit rows of concurrent calls
@@ -338,7 +433,7 @@ async fn run_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{DbUrl, IfCurrent, PoolSettings};
+    use crate::store::{written_of, DbUrl, IfCurrent, PoolSettings};
     use sqlx::Row;
 
     fn event(journey: &str, sequence: usize, payload: Value) -> StoredEvent {
@@ -387,6 +482,67 @@ mod tests {
             snapshot: Some((journey.into(), Snapshot { version: sequence as u64, chain_hash: "h".into(), state: payload })),
             audit: vec![row],
         }
+    }
+
+    /// A migrated store in a fresh PostgreSQL database on the test server (scripts/test finds or
+    /// starts it and names it in `SKILLPILOT_TEST_POSTGRES_URL`), the admin URL and the name.
+    async fn scratch_postgres() -> (Store, String, String) {
+        use sqlx::Connection;
+        let admin = std::env::var("SKILLPILOT_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let name = format!("sp_test_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::PgConnection::connect(&admin).await.expect("PostgreSQL is required (run scripts/test)");
+        sqlx::query(&format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).await.unwrap();
+        let (base, query) = admin.split_once('?').map_or((admin.as_str(), String::new()), |(b, q)| (b, format!("?{q}")));
+        let url = format!("{}/{name}{query}", base.rsplit_once('/').map_or(base, |(p, _)| p));
+        let store = Store::connect(&DbUrl::Postgres(url), &PoolSettings::default()).await.unwrap();
+        store.migrate().await.unwrap();
+        (store, admin, name)
+    }
+
+    #[tokio::test]
+    async fn reads_riding_in_a_postgresql_commit_are_judged_against_the_heads_it_leaves() {
+        let (store, admin, name) = scratch_postgres().await;
+        let mut held = HeldConnection::default();
+        let (a1, b1) = (commit("a", 1, serde_json::json!({})), commit("b", 1, serde_json::json!({})));
+        assert!(store.commit_pg(&mut held, &[&a1, &b1], &[]).await.unwrap().is_empty());
+
+        // With `a`'s second event in the statement: a read built on version 2 is current once it
+        // commits, one built on version 1 is not (though the log ends at 1 when the statement
+        // starts); on `b`, which the statement leaves alone, the log decides; an unchecked row
+        // rides as it is.
+        let a2 = commit("a", 2, serde_json::json!({}));
+        let read = |call_id: &str, check: Option<(&str, u64)>| AuditCall {
+            rows: vec![ToolCallRow { call_id: call_id.into(), ..a1.audit[0].clone() }],
+            if_current: check.map(|(journey, version)| IfCurrent { journey_id: journey.into(), version }),
+        };
+        let calls = [
+            read("a-after", Some(("a", 2))),
+            read("a-before", Some(("a", 1))),
+            read("b-current", Some(("b", 1))),
+            read("b-ahead", Some(("b", 2))),
+            read("unchecked", None),
+        ];
+        let refused = store.commit_pg(&mut held, &[&a2], &calls).await.unwrap();
+        assert_eq!(written_of(&calls, &refused), [true, false, true, false, true]);
+        let Store::Postgres(s) = &store else { unreachable!() };
+        let written: Vec<String> = sqlx::query_scalar("SELECT call_id FROM tool_calls WHERE call_id NOT LIKE 'call-%' ORDER BY call_id")
+            .fetch_all(&s.pool)
+            .await
+            .unwrap();
+        assert_eq!(written, ["a-after", "b-current", "unchecked"]);
+        assert_eq!(sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM events").fetch_one(&s.pool).await.unwrap(), 3);
+
+        // A refused statement writes none of the rows riding in it.
+        let taken = Commit { request_id: Some("r-other".into()), ..commit("a", 2, serde_json::json!({})) };
+        let refused = store.commit_pg(&mut held, &[&taken], &[read("refused-with-it", None)]).await;
+        assert!(matches!(refused, Err(StoreError::Conflict)), "{refused:?}");
+        let count = sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tool_calls WHERE call_id = 'refused-with-it'");
+        assert_eq!(count.fetch_one(&s.pool).await.unwrap(), 0);
+
+        held.release();
+        store.close().await;
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.unwrap();
+        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).execute(&mut conn).await.unwrap();
     }
 
     #[tokio::test]

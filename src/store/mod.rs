@@ -18,6 +18,7 @@ pub(crate) mod projector;
 mod snapshots;
 mod views;
 
+pub(crate) use audit::written_of;
 pub use audit::{AuditCall, AuditRow, AuditRun, IfCurrent, ToolCallRow};
 pub use commit::Commit;
 pub(crate) use events::{row_to_event, EVENT_COLUMNS};
