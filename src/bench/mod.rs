@@ -485,22 +485,14 @@ async fn turn_p50s(base: &str, token: &str, n: usize) -> anyhow::Result<(f64, f6
     Ok((median(Tool::ChooseOption), median(Tool::LearningContext)))
 }
 
-async fn scratch_postgres(url: &str) -> anyhow::Result<(String, String)> {
-    use sqlx::Connection;
-    let name = format!("skillpilot_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::PgConnection::connect(url).await.context("cannot connect to PostgreSQL")?;
-    sqlx::query(&format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).await.context("cannot create the scratch database")?;
-    let (base, query) = url.split_once('?').map(|(b, q)| (b, format!("?{q}"))).unwrap_or((url, String::new()));
-    let prefix = base.rsplit_once('/').map(|(p, _)| p).unwrap_or(base);
-    Ok((format!("{prefix}/{name}{query}"), name))
-}
-
 /// Runs the benchmark; returns the JSON report.
 pub(crate) async fn run(options: BenchOptions) -> anyhow::Result<Value> {
     let keys = Keys::generate_spec()?;
     let (db, cleanup): (String, Box<dyn FnOnce() + Send>) = match options.db.as_deref().map(DbUrl::parse) {
         Some(DbUrl::Postgres(url)) => {
-            let (scratch, name) = scratch_postgres(&url).await?;
+            let (scratch, name) = crate::store::create_scratch_postgres(&url, "skillpilot_bench_")
+                .await
+                .context("cannot create a scratch database on PostgreSQL")?;
             let admin = url.clone();
             (
                 scratch,

@@ -88,6 +88,28 @@ pub(crate) fn audit_row<'a>(a: &'a ToolCallRow, check: Option<&'a IfCurrent>) ->
     )
 }
 
+/// A batch's audit rows on PostgreSQL with their checks (ADR 0011) judged, the body of a
+/// `judged` CTE: `current` is whether the row's journey log ends at the row's version (a row
+/// without a check is current), read off the events' primary key. `$arrays` is the `unnest` of
+/// the nine columns in `audit_columns!` order and then the check's journey and version;
+/// `$aggregate_type` the parameter that holds the journey's aggregate type.
+macro_rules! judged_audit_rows {
+    ($arrays:expr, $aggregate_type:literal) => {
+        concat!(
+            "SELECT v.*, (v.check_journey IS NULL OR v.check_version = COALESCE(
+        (SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = ",
+            $aggregate_type,
+            " AND e.aggregate_id = v.check_journey), 0)) AS current
+    FROM ",
+            $arrays,
+            "
+        AS v (",
+            audit_columns!(),
+            ", check_journey, check_version)"
+        )
+    };
+}
+
 /// The audit rows of `write_audit` on PostgreSQL as one statement: its own transaction does not
 /// wait for its flush (`set_config(…, true)` is the statement's `SET LOCAL`; the function is
 /// volatile, so the CTE is evaluated, once, as the join's one row). One statement text for any
@@ -110,13 +132,13 @@ ON CONFLICT DO NOTHING"
 /// event table, so the exits the dispatcher writes while a commit hangs never wait on it.
 const PG_RELAXED_CHECKED_AUDIT: &str = concat!(
     "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true)), judged AS (
-    SELECT v.*, (v.check_journey IS NULL OR v.check_version = COALESCE(
-        (SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $12 AND e.aggregate_id = v.check_journey), 0)) AS current
-    FROM unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS text[]), CAST($4 AS text[]), CAST($5 AS text[]),
-        CAST($6 AS text[]), CAST($7 AS bigint[]), CAST($8 AS bigint[]), CAST($9 AS bigint[]), CAST($10 AS text[]), CAST($11 AS bigint[]))
-        AS v (",
-    audit_columns!(),
-    ", check_journey, check_version)
+    ",
+    judged_audit_rows!(
+        "unnest(CAST($1 AS text[]), CAST($2 AS text[]), CAST($3 AS text[]), CAST($4 AS text[]), CAST($5 AS text[]),
+        CAST($6 AS text[]), CAST($7 AS bigint[]), CAST($8 AS bigint[]), CAST($9 AS bigint[]), CAST($10 AS text[]), CAST($11 AS bigint[]))",
+        "$12"
+    ),
+    "
 ), written AS (
     INSERT INTO tool_calls (",
     audit_columns!(),
@@ -129,7 +151,7 @@ const PG_RELAXED_CHECKED_AUDIT: &str = concat!(
 SELECT DISTINCT call_id FROM judged WHERE NOT current"
 );
 
-pub(crate) use audit_columns;
+pub(crate) use {audit_columns, judged_audit_rows};
 
 /// Binds the nine audit columns of `rows` as arrays, in `audit_columns!` order, after the
 /// parameters already bound (PostgreSQL's multi-row statements take rows as `unnest` arrays).

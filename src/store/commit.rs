@@ -22,7 +22,7 @@ use serde_json::Value;
 use sqlx::pool::PoolConnection;
 use sqlx::{Sqlite, SqlitePool};
 
-use super::audit::{audit_columns, audit_row, bind_audit_arrays, written_of};
+use super::audit::{audit_columns, audit_row, bind_audit_arrays, judged_audit_rows, written_of};
 use super::{i64_of, json_rows, AuditCall, HeldConnection, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
 
 /// Everything one command writes.
@@ -122,14 +122,9 @@ const PG_COMMIT_WITH_READS: &str = concat!(
     pg_commit_head!(),
     "
 ), judged AS (
-    SELECT v.*, (v.check_journey IS NULL OR v.check_version = COALESCE(
-        (SELECT MAX(e.sequence) FROM events e WHERE e.aggregate_type = $32 AND e.aggregate_id = v.check_journey), 0)) AS current
-    FROM ",
-    pg_audit_arrays!(),
-    ", CAST($30 AS text[]), CAST($31 AS bigint[]))
-        AS v (",
-    audit_columns!(),
-    ", check_journey, check_version)
+    ",
+    judged_audit_rows!(concat!(pg_audit_arrays!(), ", CAST($30 AS text[]), CAST($31 AS bigint[]))"), "$32"),
+    "
 ), audit_rows AS (
     INSERT INTO tool_calls (",
     audit_columns!(),
@@ -487,13 +482,9 @@ mod tests {
     /// A migrated store in a fresh PostgreSQL database on the test server (scripts/test finds or
     /// starts it and names it in `SKILLPILOT_TEST_POSTGRES_URL`), the admin URL and the name.
     async fn scratch_postgres() -> (Store, String, String) {
-        use sqlx::Connection;
         let admin = std::env::var("SKILLPILOT_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let name = format!("sp_test_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = sqlx::PgConnection::connect(&admin).await.expect("PostgreSQL is required (run scripts/test)");
-        sqlx::query(&format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).await.unwrap();
-        let (base, query) = admin.split_once('?').map_or((admin.as_str(), String::new()), |(b, q)| (b, format!("?{q}")));
-        let url = format!("{}/{name}{query}", base.rsplit_once('/').map_or(base, |(p, _)| p));
+        let (url, name) =
+            crate::store::create_scratch_postgres(&admin, "sp_test_").await.expect("PostgreSQL is required (run scripts/test)");
         let store = Store::connect(&DbUrl::Postgres(url), &PoolSettings::default()).await.unwrap();
         store.migrate().await.unwrap();
         (store, admin, name)

@@ -347,6 +347,19 @@ pub(crate) fn json_rows<T: serde::Serialize>(rows: impl IntoIterator<Item = T>) 
 /// is dropped from the pool.
 const CHECK_IDLE_AFTER: Duration = Duration::from_secs(1);
 
+/// Creates an empty database named `prefix` and a fresh UUID on the PostgreSQL server of
+/// `admin_url` (the bench's scratch database, a unit test's); returns its URL (the admin URL with
+/// the database swapped, its query kept) and its name, for the caller to drop.
+pub(crate) async fn create_scratch_postgres(admin_url: &str, prefix: &str) -> Result<(String, String), sqlx::Error> {
+    use sqlx::Connection;
+    let name = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(admin_url).await?;
+    sqlx::query(&format!("CREATE DATABASE \"{name}\"")).execute(&mut conn).await?;
+    let (base, query) = admin_url.split_once('?').map(|(b, q)| (b, format!("?{q}"))).unwrap_or((admin_url, String::new()));
+    let prefix = base.rsplit_once('/').map(|(p, _)| p).unwrap_or(base);
+    Ok((format!("{prefix}/{name}{query}"), name))
+}
+
 pub(crate) fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
