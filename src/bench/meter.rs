@@ -87,11 +87,11 @@ impl Meter {
         Self { server_pid, pg, tick_hz }
     }
 
-    /// Reads every counter now. PostgreSQL publishes a backend's statistics up to a second
-    /// after its last transaction, so a reading after a phase waits that long first.
+    /// Reads every counter now; with `settle` on PostgreSQL, once every backend has published
+    /// what the phase before did.
     pub(crate) async fn read(&self, settle: bool) -> Reading {
         if settle && self.pg.is_some() {
-            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+            tokio::time::sleep(PUBLISHED_WITHIN).await;
         }
         let cpu = |pid: &str| proc_stat(pid, self.tick_hz).map(|(_, _, c)| c[0] + c[1]).unwrap_or(0.0);
         let mut reading = Reading { server_cpu: cpu(&self.server_pid.to_string()), self_cpu: cpu("self"), ..Reading::default() };
@@ -120,6 +120,13 @@ impl Meter {
         reading
     }
 }
+
+/// How long PostgreSQL (15 and later) may keep a backend's statistics (its transactions, rows
+/// and WAL, `pg_stat_wal` included) unpublished: a backend publishes at most once a second,
+/// and one that goes idle within a second of its last publication holds the rest for
+/// `PGSTAT_IDLE_INTERVAL`, ten seconds. A wait of 1.5 s let the last second of a phase's idle
+/// backends count in the next phase.
+const PUBLISHED_WITHIN: std::time::Duration = std::time::Duration::from_millis(10_500);
 
 /// Who issued the SQL of a phase: the server (commands), this process (the insert baseline),
 /// or a tool whose CPU is not read (pgbench, an exited child): its share stays null.

@@ -268,17 +268,67 @@ async fn new_journey(app: &App) -> anyhow::Result<(String, String)> {
     Ok((token, started.journey_id))
 }
 
-async fn load(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration) -> anyhow::Result<(Value, f64, f64)> {
+/// Learners registered per second of a level before its window opens: twice what the fastest
+/// level has used on a 2-core machine (~33/s at 16 coaches on PostgreSQL, one learner per
+/// golden journey of ~61 writes), so that no coach registers one inside the window.
+const LEARNERS_PER_SECOND: f64 = 70.0;
+
+/// Learners with started sessions, registered before a level's window opens. Registering a
+/// learner is three transactions of the load generator's own (the learner, its token, the
+/// session's first command); inside the window they would be charged to the tool calls
+/// measured there (at one coach ~0.1 WAL flushes per write). A coach that finds the pool empty
+/// registers one itself, and the level reports how many it had to.
+struct Learners {
+    ready: std::sync::Mutex<Vec<String>>,
+    registered_in_window: std::sync::atomic::AtomicUsize,
+}
+
+impl Learners {
+    /// Registers enough learners for `concurrency` coaches over `duration`, then lets the
+    /// analytics projector fold their first events, which it would otherwise do in the window.
+    async fn register(app: &Arc<App>, concurrency: usize, duration: Duration) -> anyhow::Result<Self> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let n = concurrency + (duration.as_secs_f64() * LEARNERS_PER_SECOND).ceil() as usize;
+        let ready: Vec<String> = futures_util::stream::iter(0..n).map(|_| new_learner(app)).buffer_unordered(8).try_collect().await?;
+        app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
+        Ok(Self { ready: std::sync::Mutex::new(ready), registered_in_window: std::sync::atomic::AtomicUsize::new(0) })
+    }
+
+    fn unused(&self) -> usize {
+        self.ready.lock().map_or(0, |ready| ready.len())
+    }
+
+    async fn take(&self, app: &App) -> anyhow::Result<String> {
+        let ready = self.ready.lock().map_err(|_| anyhow::anyhow!("learner pool poisoned"))?.pop();
+        match ready {
+            Some(token) => Ok(token),
+            None => {
+                self.registered_in_window.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                new_learner(app).await
+            }
+        }
+    }
+}
+
+/// One level's window: `concurrency` coaches, each taking its next learner from `learners`.
+async fn load(
+    app: &Arc<App>,
+    base: &str,
+    concurrency: usize,
+    duration: Duration,
+    learners: Arc<Learners>,
+) -> anyhow::Result<(Value, f64, f64)> {
     let samples = Arc::new(Mutex::new(Samples::default()));
+    let registered = learners.unused();
     let deadline = Instant::now() + duration;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (app, base, samples) = (app.clone(), base.to_owned(), samples.clone());
+        let (app, base, samples, learners) = (app.clone(), base.to_owned(), samples.clone(), learners.clone());
         tasks.push(tokio::spawn(async move {
             let http = reqwest::Client::new();
             while Instant::now() < deadline {
-                let Ok(token) = new_learner(&app).await else { return };
+                let Ok(token) = learners.take(&app).await else { return };
                 let mut coach = Coach { http: http.clone(), base: base.clone(), token, sid: None };
                 while Instant::now() < deadline && coach.turn(&samples).await {}
             }
@@ -311,9 +361,12 @@ async fn load(app: &Arc<App>, base: &str, concurrency: usize, duration: Duration
     }
     let mut all_writes: Vec<f64> = s.latencies.iter().filter(|(k, _)| !is_read(k.as_str())).flat_map(|(_, v)| v.clone()).collect();
     let mut all_reads: Vec<f64> = s.latencies.iter().filter(|(k, _)| is_read(k.as_str())).flat_map(|(_, v)| v.clone()).collect();
+    let in_window = learners.registered_in_window.load(std::sync::atomic::Ordering::Relaxed);
     let out = json!({
         "concurrency": concurrency,
         "seconds": secs,
+        "learners_started": registered - learners.unused() + in_window,
+        "learners_registered_in_window": in_window,
         "tools": tools,
         "writes": stats(&mut all_writes, secs),
         "reads": stats(&mut all_reads, secs),
@@ -666,8 +719,9 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     let mut levels = Vec::new();
     let mut by_level = BTreeMap::new();
     for &c in &options.concurrency {
+        let learners = Arc::new(Learners::register(&app, c, duration).await?);
         let r0 = meter.read(true).await;
-        let (report, write_rate, read_rate) = load(&app, &server.base, c, duration).await?;
+        let (report, write_rate, read_rate) = load(&app, &server.base, c, duration, learners).await?;
         let r1 = meter.read(true).await;
         let base = baseline(db, c, duration).await?;
         let r2 = meter.read(true).await;

@@ -221,6 +221,10 @@ async fn the_benchmark_runs_and_reports_every_ratio() {
     let cost = &report["cost_per_write_with_its_read"];
     let (machine, served) = (cost["machine_cpu_ms"].as_f64().unwrap(), cost["cpu_ms"].as_f64().unwrap());
     assert!(machine >= served && cost["load_generator_cpu_ms"].as_f64().is_some_and(|g| g >= 0.0), "{cost}");
+    // Every coach's learners were registered before the window opened, outside what it measures.
+    let level = &report["levels"][0]["load"];
+    assert!(level["learners_started"].as_u64().is_some_and(|n| n >= 2), "{level}");
+    assert_eq!(level["learners_registered_in_window"], 0, "{level}");
     assert_eq!(report["rss"]["journeys_read"], 5);
     assert!(std::fs::read_to_string(dir.join("plot.svg")).unwrap().starts_with("<svg"));
     std::fs::remove_dir_all(&dir).ok();
