@@ -274,10 +274,10 @@ async fn new_journey(app: &App) -> anyhow::Result<(String, String)> {
 const LEARNERS_PER_SECOND: f64 = 70.0;
 
 /// Learners with started sessions, registered before a level's window opens. Registering a
-/// learner is three transactions of the load generator's own (the learner, its token, the
-/// session's first command); inside the window they would be charged to the tool calls
-/// measured there (at one coach ~0.1 WAL flushes per write). A coach that finds the pool empty
-/// registers one itself, and the level reports how many it had to.
+/// learner is four to five flushing transactions of the load generator's own (the learner, its
+/// token, its session and journey, the session's first command); inside the window they were
+/// charged to the tool calls measured there (at one coach ~0.07 WAL flushes per write). A coach
+/// that finds the pool empty registers one itself, and the level reports how many it had to.
 struct Learners {
     ready: std::sync::Mutex<Vec<String>>,
     registered_in_window: std::sync::atomic::AtomicUsize,
