@@ -248,13 +248,10 @@ async fn new_learner(app: &App) -> anyhow::Result<String> {
     Ok(new_journey(app).await?.0)
 }
 
-/// `n` new learners with started sessions: their bearer tokens.
+/// `n` new learners with started sessions, eight registered at a time: their bearer tokens.
 async fn new_learners(app: &App, n: usize) -> anyhow::Result<Vec<String>> {
-    let mut tokens = Vec::with_capacity(n);
-    for _ in 0..n {
-        tokens.push(new_learner(app).await?);
-    }
-    Ok(tokens)
+    use futures_util::{StreamExt, TryStreamExt};
+    futures_util::stream::iter(0..n).map(|_| new_learner(app)).buffer_unordered(8).try_collect().await
 }
 
 /// A new learner with a started session: its bearer token and its journey.
@@ -287,9 +284,8 @@ impl Learners {
     /// Registers enough learners for `concurrency` coaches over `duration`, then lets the
     /// analytics projector fold their first events, which it would otherwise do in the window.
     async fn register(app: &Arc<App>, concurrency: usize, duration: Duration) -> anyhow::Result<Self> {
-        use futures_util::{StreamExt, TryStreamExt};
         let n = concurrency + (duration.as_secs_f64() * LEARNERS_PER_SECOND).ceil() as usize;
-        let ready: Vec<String> = futures_util::stream::iter(0..n).map(|_| new_learner(app)).buffer_unordered(8).try_collect().await?;
+        let ready = new_learners(app, n).await?;
         app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
         Ok(Self { ready: std::sync::Mutex::new(ready), registered_in_window: std::sync::atomic::AtomicUsize::new(0) })
     }
