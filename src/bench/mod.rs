@@ -146,10 +146,83 @@ struct Coach {
     sid: Option<String>,
 }
 
+/// A JSON-RPC answer as the load generator reads it: only whether it has a result. The rest of
+/// the body is skipped, not built into a tree (a coach runs on the machine it measures).
+#[derive(serde::Deserialize)]
+struct Answered<R> {
+    result: Option<R>,
+}
+
+/// A tool call's result, as far as a coach reads it.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CallResult {
+    #[serde(default)]
+    is_error: bool,
+    #[serde(default)]
+    structured_content: Coached,
+}
+
+/// What a simulated coach reads of a tool's structured content to take its next step; every
+/// other field is skipped unparsed.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Coached {
+    error: Option<ErrorCode>,
+    learning_session_id: Option<String>,
+    required_action: Option<String>,
+    state_version: Option<u64>,
+    options: Vec<CoachOption>,
+    settings: Option<CoachSettings>,
+    open_workflow: Option<CoachWorkflow>,
+    continuation: Option<CoachContinuation>,
+}
+
+#[derive(serde::Deserialize)]
+struct ErrorCode {
+    code: String,
+}
+
+#[derive(serde::Deserialize)]
+struct CoachOption {
+    kind: String,
+    payload: Value,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct CoachSettings {
+    options: Vec<CoachOption>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct CoachWorkflow {
+    batch_capability: Value,
+    grading_capability: Value,
+    exam_capability: Value,
+    scoring_capability: Value,
+    questions: Vec<serde::de::IgnoredAny>,
+    tasks: Vec<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct CoachContinuation {
+    tool_call: Option<CoachToolCall>,
+}
+
+#[derive(serde::Deserialize)]
+struct CoachToolCall {
+    name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
 impl Coach {
-    /// One JSON-RPC request to the MCP endpoint as a coach sends it: the answer's body, if any,
-    /// and the seconds until its headers arrived.
-    async fn rpc(&self, request: &Value) -> (Option<Value>, f64) {
+    /// One JSON-RPC request to the MCP endpoint as a coach sends it: the answer's body read as
+    /// `R`, if it parses, and the seconds until its headers arrived.
+    async fn rpc<R: serde::de::DeserializeOwned>(&self, request: &Value) -> (Option<R>, f64) {
         let started = Instant::now();
         let response = self
             .http
@@ -162,24 +235,25 @@ impl Coach {
             .await;
         let elapsed = started.elapsed().as_secs_f64();
         let body = match response {
-            Ok(r) => r.json().await.ok(),
+            Ok(r) => r.bytes().await.ok().and_then(|b| serde_json::from_slice(&b).ok()),
             Err(_) => None,
         };
         (body, elapsed)
     }
 
-    async fn call(&mut self, tool: &str, mut args: Value, samples: &Mutex<Samples>) -> Option<Value> {
+    async fn call(&mut self, tool: &str, mut args: Value, samples: &Mutex<Samples>) -> Option<Coached> {
         if let Some(sid) = &self.sid {
             args["learningSessionId"] = json!(sid);
         }
-        let (body, elapsed) =
-            self.rpc(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}})).await;
+        let (body, elapsed) = self
+            .rpc::<Answered<CallResult>>(
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}}),
+            )
+            .await;
         let mut s = samples.lock().await;
-        // Taken, not cloned: the generator shares the machine with what it measures.
-        let mut result = body.map(|mut b| b["result"].take()).filter(Value::is_object);
-        match &mut result {
-            Some(r) if r["isError"] == true => {
-                if r["structuredContent"]["error"]["code"] == "STATE_CONFLICT" {
+        match body.and_then(|b| b.result) {
+            Some(r) if r.is_error => {
+                if r.structured_content.error.is_some_and(|e| e.code == "STATE_CONFLICT") {
                     *s.conflicts.entry(tool.to_owned()).or_default() += 1;
                 } else {
                     *s.errors.entry(tool.to_owned()).or_default() += 1;
@@ -188,7 +262,7 @@ impl Coach {
             }
             Some(r) => {
                 s.latencies.entry(tool.to_owned()).or_default().push(elapsed);
-                Some(r["structuredContent"].take())
+                Some(r.structured_content)
             }
             None => {
                 *s.errors.entry(tool.to_owned()).or_default() += 1;
@@ -199,46 +273,41 @@ impl Coach {
 
     /// One learner turn of the golden journey's mix: a fresh context, then what it allows.
     async fn turn(&mut self, samples: &Mutex<Samples>) -> bool {
-        let Some(ctx) = self.call(Tool::LearningContext.name(), json!({}), samples).await else { return false };
+        let Some(mut ctx) = self.call(Tool::LearningContext.name(), json!({}), samples).await else { return false };
         if self.sid.is_none() {
-            self.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
+            self.sid = ctx.learning_session_id.take();
         }
-        let result = match ctx["requiredAction"].as_str().unwrap_or_default() {
+        let mut flow = ctx.open_workflow.take().unwrap_or_default();
+        let result = match ctx.required_action.as_deref().unwrap_or_default() {
             "teachActiveGoal" => {
-                let args = json!({"expectedStateVersion": ctx["stateVersion"], "clientRequestId": uuid::Uuid::new_v4().to_string(),
+                let args = json!({"expectedStateVersion": ctx.state_version, "clientRequestId": uuid::Uuid::new_v4().to_string(),
                                   "decision": {"evidence": "independent", "consent": "closeAndContinue"}});
                 self.call(Tool::CompleteGoal.name(), args, samples).await
             }
             "chooseOption" | "awaitLearnerContinuation" => {
-                let option = ctx["options"][0]["payload"].clone();
+                let option = ctx.options.into_iter().next().map(|o| o.payload).unwrap_or_default();
                 self.call(Tool::ChooseOption.name(), json!({"option": option}), samples).await
             }
             "offerVerifiedRecall" => self.call(Tool::StartRecall.name(), json!({}), samples).await,
             "answerVerifiedRecall" => {
-                let cap = ctx["openWorkflow"]["batchCapability"].clone();
-                self.call(Tool::RecallAnswers.name(), json!({"batchCapability": cap}), samples).await
+                self.call(Tool::RecallAnswers.name(), json!({"batchCapability": flow.batch_capability.take()}), samples).await
             }
             "recordVerifiedRecall" => {
-                let n = ctx["openWorkflow"]["questions"].as_array().map_or(0, Vec::len);
-                let args =
-                    json!({"gradingCapability": ctx["openWorkflow"]["gradingCapability"], "assessments": vec![json!({"passed": true}); n]});
+                let n = flow.questions.len();
+                let args = json!({"gradingCapability": flow.grading_capability.take(), "assessments": vec![json!({"passed": true}); n]});
                 self.call(Tool::RecallResults.name(), args, samples).await
             }
             "offerExam" => self.call(Tool::StartExam.name(), json!({}), samples).await,
-            "answerExam" => {
-                let cap = ctx["openWorkflow"]["examCapability"].clone();
-                self.call(Tool::ExamSolutions.name(), json!({"examCapability": cap}), samples).await
-            }
+            "answerExam" => self.call(Tool::ExamSolutions.name(), json!({"examCapability": flow.exam_capability.take()}), samples).await,
             "recordExam" => {
-                let n = ctx["openWorkflow"]["tasks"].as_array().map_or(0, Vec::len);
-                let args = json!({"scoringCapability": ctx["openWorkflow"]["scoringCapability"], "scores": vec![json!({"points": 4}); n]});
+                let n = flow.tasks.len();
+                let args = json!({"scoringCapability": flow.scoring_capability.take(), "scores": vec![json!({"points": 4}); n]});
                 self.call(Tool::ExamScores.name(), args, samples).await
             }
             _ => return false, // confirmCompletion: this learner is done
         };
-        if let Some(call) = result.as_ref().and_then(|r| r["continuation"]["toolCall"].as_object()).cloned() {
-            let name = call.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
-            self.call(&name, call.get("arguments").cloned().unwrap_or_default(), samples).await;
+        if let Some(call) = result.and_then(|r| r.continuation).and_then(|c| c.tool_call) {
+            self.call(&call.name, call.arguments, samples).await;
         }
         true
     }
@@ -384,7 +453,7 @@ async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Du
             while Instant::now() < deadline {
                 if let Some(ctx) = coach.call(Tool::LearningContext.name(), json!({}), &samples).await {
                     if coach.sid.is_none() {
-                        coach.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
+                        coach.sid = ctx.learning_session_id;
                     }
                 }
             }
@@ -413,8 +482,8 @@ async fn pings(app: &Arc<App>, base: &str, concurrency: usize, duration: Duratio
             let (mut answered, mut failed) = (Vec::new(), 0usize);
             let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
             while Instant::now() < deadline {
-                let (body, elapsed) = coach.rpc(&ping).await;
-                if body.as_ref().is_some_and(|b| b["result"].is_object()) {
+                let (body, elapsed) = coach.rpc::<Answered<serde::de::IgnoredAny>>(&ping).await;
+                if body.is_some_and(|b| b.result.is_some()) {
                     answered.push(elapsed);
                 } else {
                     failed += 1;
@@ -516,12 +585,12 @@ async fn turn_p50s(base: &str, token: &str, n: usize) -> anyhow::Result<(f64, f6
     for _ in 0..n {
         let ctx = coach.call(Tool::LearningContext.name(), json!({}), &samples).await.context("context read failed")?;
         if coach.sid.is_none() {
-            coach.sid = ctx["learningSessionId"].as_str().map(str::to_owned);
+            coach.sid = ctx.learning_session_id;
         }
-        let toggle = ctx["settings"]["options"]
-            .as_array()
-            .and_then(|o| o.iter().find(|x| x["kind"] == "autopilot"))
-            .map(|x| x["payload"].clone())
+        let toggle = ctx
+            .settings
+            .and_then(|s| s.options.into_iter().find(|o| o.kind == "autopilot"))
+            .map(|o| o.payload)
             .context("no autopilot option")?;
         coach.call(Tool::ChooseOption.name(), json!({"option": toggle}), &samples).await;
     }
