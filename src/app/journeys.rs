@@ -22,7 +22,7 @@ use super::tokens::NoTokens;
 use super::App;
 use crate::error::AppError;
 use crate::store::chain::{chain_hash, Link, GENESIS};
-use crate::store::{Commit, EventRow, SnapshotRow, StoreError, StoredEvent, ToolCallRow, ViewTable};
+use crate::store::{Commit, Snapshot, StoreError, StoredEvent, ToolCallRow, ViewTable};
 
 /// A snapshot is written when this many events were appended since the last one.
 pub const SNAPSHOT_EVERY: u64 = 25;
@@ -310,22 +310,16 @@ impl App {
             committed.push((stored.sequence as u64, event));
         }
         let last_hash = serialized.last().map(chain_of).unwrap_or_else(|| loaded.last_hash.clone());
-        // Rendered here, in the command's own task, not in the writer every command waits for.
         let snapshot = (state.version - loaded.snapshot_version >= SNAPSHOT_EVERY)
-            .then(|| serde_json::to_string(&state).map_err(|e| tracing::error!(error = %e, "cannot serialize a snapshot")).ok())
+            .then(|| serde_json::to_value(&state).map_err(|e| tracing::error!(error = %e, "cannot serialize a snapshot")).ok())
             .flatten()
-            .map(|text| SnapshotRow {
-                journey_id: request.journey_id.clone(),
-                version: state.version,
-                chain_hash: last_hash.clone(),
-                state: text,
-            });
+            .map(|value| (request.journey_id.clone(), Snapshot { version: state.version, chain_hash: last_hash.clone(), state: value }));
         let snapshot_version = if snapshot.is_some() { state.version } else { loaded.snapshot_version };
         let commit = Commit {
             request_id: request.identity.as_ref().map(|i| i.request_id.clone()),
             audit: request.call.as_ref().map(|c| c.rows(&request.journey_id, serialized.len(), now.timestamp_millis())).unwrap_or_default(),
-            events: serialized.into_iter().map(EventRow::from).collect(),
-            view: Some((request.journey_id.clone(), state.version, view_of(&state, &pack).to_string())),
+            events: serialized,
+            view: Some((request.journey_id.clone(), state.version, view_of(&state, &pack))),
             snapshot,
         };
         match self.writer.commit(commit).await {

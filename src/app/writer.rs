@@ -11,8 +11,7 @@
 //! answered from the cached journey are written only if its log still ends there, judged after
 //! the batch's commits (ADR 0011). On PostgreSQL those checked reads go to the commit task and
 //! ride in its last statement (ADR 0016); the other rows go to a writer task of their own, whose
-//! statements never wait behind a commit. PostgreSQL's commit task runs on a thread of its own
-//! with a connection of its own (ADR 0017).
+//! statements never wait behind a commit.
 
 use std::sync::Arc;
 
@@ -196,42 +195,14 @@ async fn write_batch(store: &Store, metrics: &CommitMetrics, held: &mut HeldConn
 /// coaches (docs/performance.md, ADR 0012). The checked reads' audit rows queued meanwhile ride
 /// in the last statement, or are one relaxed statement when no commit is queued (ADR 0016).
 fn start_pg_commits(store: Arc<Store>, metrics: CommitMetrics) -> mpsc::Sender<Item> {
-    let (tx, rx) = mpsc::channel::<Item>(4096);
-    // Every commit waits for this task's statements, one after another, so its turn-around is
-    // on every command's path. On a thread of its own it is not queued behind the request tasks
-    // on the shared workers, and its statement's answer wakes it directly (ADR 0017).
-    let fallback = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => {
-            let (hand, take) = std::sync::mpsc::sync_channel(1);
-            let thread = std::thread::Builder::new().name("skillpilot-commit".into()).spawn(move || {
-                if let Ok((store, metrics, rx)) = take.recv() {
-                    runtime.block_on(commit_pg_loop(store, metrics, rx));
-                }
-            });
-            match thread {
-                Ok(_) => match hand.send((store, metrics, rx)) {
-                    Ok(()) => None,
-                    Err(std::sync::mpsc::SendError(parts)) => Some((parts, "the commit thread ended".to_owned())),
-                },
-                Err(e) => Some(((store, metrics, rx), e.to_string())),
-            }
+    let (tx, mut rx) = mpsc::channel::<Item>(4096);
+    tokio::spawn(async move {
+        let mut held = HeldConnection::default();
+        while let Some(batch) = next_batch_holding(&mut rx, &mut held).await {
+            commit_pg_batch(&store, &metrics, &mut held, batch).await;
         }
-        Err(e) => Some(((store, metrics, rx), e.to_string())),
-    };
-    if let Some(((store, metrics, rx), why)) = fallback {
-        tracing::warn!(error = %why, "no commit thread; commits run on the shared workers");
-        tokio::spawn(commit_pg_loop(store, metrics, rx));
-    }
+    });
     tx
-}
-
-async fn commit_pg_loop(store: Arc<Store>, metrics: CommitMetrics, mut rx: mpsc::Receiver<Item>) {
-    let mut held = HeldConnection::for_commits();
-    while let Some(batch) = next_batch_holding(&mut rx, &mut held).await {
-        commit_pg_batch(&store, &metrics, &mut held, batch).await;
-    }
-    held.release();
-    store.close_commits().await;
 }
 
 /// What a commit writes that no other commit of its statement may write too: its stream, its
@@ -239,7 +210,7 @@ async fn commit_pg_loop(store: Arc<Store>, metrics: CommitMetrics, mut rx: mpsc:
 fn keys_of(commit: &Commit) -> impl Iterator<Item = String> + '_ {
     let stream = commit.events.first().map(|e| format!("stream {} {}", e.aggregate_type, e.aggregate_id));
     let view = commit.view.as_ref().map(|(id, _, _)| format!("view {id}"));
-    let snapshot = commit.snapshot.as_ref().map(|snap| format!("snapshot {}", snap.journey_id));
+    let snapshot = commit.snapshot.as_ref().map(|(id, _)| format!("snapshot {id}"));
     stream.into_iter().chain(view).chain(snapshot)
 }
 

@@ -157,7 +157,7 @@ pub(crate) use {audit_columns, judged_audit_rows};
 /// parameters already bound (PostgreSQL's multi-row statements take rows as `unnest` arrays).
 pub(crate) fn bind_audit_arrays<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    rows: &[&'q ToolCallRow],
+    rows: &'q [ToolCallRow],
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     query
         .bind(rows.iter().map(|a| a.call_id.as_str()).collect::<Vec<_>>())
@@ -280,7 +280,7 @@ impl Store {
                 Ok(written_of(calls, &refused))
             }
             Self::Postgres(s) => {
-                let rows: Vec<&ToolCallRow> = calls.iter().flat_map(|c| &c.rows).collect();
+                let rows: Vec<ToolCallRow> = calls.iter().flat_map(|c| c.rows.iter().cloned()).collect();
                 if calls.iter().all(|c| c.if_current.is_none()) {
                     let query = bind_audit_arrays(sqlx::query(PG_RELAXED_AUDIT), &rows);
                     super::on_held!(s, held, conn => query.execute(conn).await)?;

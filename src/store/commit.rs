@@ -18,67 +18,27 @@ use std::collections::HashSet;
 
 use aggregates::learning_journey::LearningJourney;
 use cqrs_es::Aggregate;
+use serde_json::Value;
 use sqlx::pool::PoolConnection;
 use sqlx::{Sqlite, SqlitePool};
 
 use super::audit::{audit_columns, audit_row, bind_audit_arrays, judged_audit_rows, written_of};
-use super::{i64_of, json_rows, AuditCall, HeldConnection, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
+use super::{i64_of, json_rows, AuditCall, HeldConnection, Snapshot, Store, StoreError, StoredEvent, ToolCallRow, SNAPSHOT_SCHEMA};
 
-/// Everything one command writes, with its JSON already rendered to text. The command's own
-/// task renders it: the writer that takes the commit is one task for every command, and each
-/// statement waits for it, so what it does per commit is the serial part of the command path.
+/// Everything one command writes.
 #[derive(Clone, Debug)]
 pub struct Commit {
     /// The request id the events carry: a stream that already holds it refuses the commit as
     /// a [`StoreError::Conflict`] (the caller then answers with the original result).
     pub request_id: Option<String>,
     /// The events, in sequence order, with their metadata.
-    pub events: Vec<EventRow>,
-    /// The journey's full-context view row at the state the events reach: id, version, payload.
-    pub view: Option<(String, u64, String)>,
+    pub events: Vec<StoredEvent>,
+    /// The journey's full-context view row at the state the events reach.
+    pub view: Option<(String, u64, Value)>,
     /// A snapshot of the journey, when one is due.
-    pub snapshot: Option<SnapshotRow>,
+    pub snapshot: Option<(String, Snapshot)>,
     /// The tool call's `started` and exit rows.
     pub audit: Vec<ToolCallRow>,
-}
-
-/// An event row as a commit writes it.
-#[derive(Clone, Debug)]
-pub struct EventRow {
-    pub aggregate_type: String,
-    pub aggregate_id: String,
-    pub sequence: i64,
-    pub event_type: String,
-    pub event_version: String,
-    /// The payload's JSON text, exactly as the chain hash's canonical value prints.
-    pub payload: String,
-    pub metadata: String,
-}
-
-impl From<StoredEvent> for EventRow {
-    fn from(e: StoredEvent) -> Self {
-        Self {
-            payload: e.payload.to_string(),
-            metadata: e.metadata.to_string(),
-            sequence: i64_of(e.sequence as u64),
-            aggregate_type: e.aggregate_type,
-            aggregate_id: e.aggregate_id,
-            event_type: e.event_type,
-            event_version: e.event_version,
-        }
-    }
-}
-
-/// A snapshot row as a commit writes it.
-#[derive(Clone, Debug)]
-pub struct SnapshotRow {
-    pub journey_id: String,
-    /// Version the state reflects.
-    pub version: u64,
-    /// Chain hash of the event at that version.
-    pub chain_hash: String,
-    /// The serialized state's JSON text.
-    pub state: String,
 }
 
 /// A view row only moves forward (a late commit of an older state leaves it).
@@ -246,7 +206,7 @@ fn stream_of(commit: &Commit) -> Result<(&str, &str, i64, i64), StoreError> {
     if commit.events.iter().any(|e| e.aggregate_type != first.aggregate_type || e.aggregate_id != first.aggregate_id) {
         return Err(StoreError::Database("a commit's events span streams".into()));
     }
-    Ok((&first.aggregate_type, &first.aggregate_id, first.sequence, last.sequence))
+    Ok((&first.aggregate_type, &first.aggregate_id, i64_of(first.sequence as u64), i64_of(last.sequence as u64)))
 }
 
 impl Store {
@@ -275,7 +235,7 @@ impl Store {
             .map(|(_, aggregate_id, _, last)| (*aggregate_id, *last))
             .collect();
         let mut refused = HashSet::new();
-        let mut audit: Vec<&ToolCallRow> = commits.iter().flat_map(|c| &c.audit).collect();
+        let mut audit: Vec<ToolCallRow> = commits.iter().flat_map(|c| c.audit.iter().cloned()).collect();
         let mut checks: Vec<Option<(&str, i64)>> = vec![None; audit.len()];
         for call in calls {
             let check = call.if_current.as_ref().map(|c| (c.journey_id.as_str(), i64_of(c.version)));
@@ -287,14 +247,14 @@ impl Store {
                 }
                 None => check,
             };
-            audit.extend(&call.rows);
+            audit.extend(call.rows.iter().cloned());
             checks.extend(call.rows.iter().map(|_| check));
         }
         // The commands with a request id: their stream and first and last sequence, and the id.
         let keyed: Vec<_> = streams.iter().zip(commits).filter_map(|(stream, c)| c.request_id.as_deref().map(|r| (stream, r))).collect();
-        let events: Vec<&EventRow> = commits.iter().flat_map(|c| &c.events).collect();
-        let views: Vec<&(String, u64, String)> = commits.iter().filter_map(|c| c.view.as_ref()).collect();
-        let snapshots: Vec<&SnapshotRow> = commits.iter().filter_map(|c| c.snapshot.as_ref()).collect();
+        let events: Vec<&StoredEvent> = commits.iter().flat_map(|c| &c.events).collect();
+        let views: Vec<&(String, u64, Value)> = commits.iter().filter_map(|c| c.view.as_ref()).collect();
+        let snapshots: Vec<&(String, Snapshot)> = commits.iter().filter_map(|c| c.snapshot.as_ref()).collect();
         let text = if calls.is_empty() { PG_COMMIT } else { PG_COMMIT_WITH_READS };
         let query = bind_audit_arrays(
             sqlx::query(text)
@@ -305,19 +265,19 @@ impl Store {
                 .bind(keyed.iter().map(|((_, _, _, last), _)| *last).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| e.aggregate_type.as_str()).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| e.aggregate_id.as_str()).collect::<Vec<_>>())
-                .bind(events.iter().map(|e| e.sequence).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| i64_of(e.sequence as u64)).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| e.event_type.as_str()).collect::<Vec<_>>())
                 .bind(events.iter().map(|e| e.event_version.as_str()).collect::<Vec<_>>())
-                .bind(events.iter().map(|e| e.payload.as_str()).collect::<Vec<_>>())
-                .bind(events.iter().map(|e| e.metadata.as_str()).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| e.payload.to_string()).collect::<Vec<_>>())
+                .bind(events.iter().map(|e| e.metadata.to_string()).collect::<Vec<_>>())
                 .bind(views.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>())
                 .bind(views.iter().map(|(_, version, _)| i64_of(*version)).collect::<Vec<_>>())
-                .bind(views.iter().map(|(_, _, payload)| payload.as_str()).collect::<Vec<_>>())
-                .bind(snapshots.iter().map(|snap| snap.journey_id.as_str()).collect::<Vec<_>>())
+                .bind(views.iter().map(|(_, _, payload)| payload.to_string()).collect::<Vec<_>>())
+                .bind(snapshots.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>())
                 .bind(snapshots.iter().map(|_| SNAPSHOT_SCHEMA).collect::<Vec<_>>())
-                .bind(snapshots.iter().map(|snap| i64_of(snap.version)).collect::<Vec<_>>())
-                .bind(snapshots.iter().map(|snap| snap.chain_hash.as_str()).collect::<Vec<_>>())
-                .bind(snapshots.iter().map(|snap| snap.state.as_str()).collect::<Vec<_>>()),
+                .bind(snapshots.iter().map(|(_, snap)| i64_of(snap.version)).collect::<Vec<_>>())
+                .bind(snapshots.iter().map(|(_, snap)| snap.chain_hash.as_str()).collect::<Vec<_>>())
+                .bind(snapshots.iter().map(|(_, snap)| snap.state.to_string()).collect::<Vec<_>>()),
             &audit,
         );
         let query = if calls.is_empty() {
@@ -440,15 +400,15 @@ async fn run_batch(
         }
         _ => None,
     });
-    let events = commits
-        .iter()
-        .flat_map(|c| &c.events)
-        .map(|e| (&e.aggregate_type, &e.aggregate_id, e.sequence, &e.event_type, &e.event_version, &e.payload, &e.metadata));
-    let views = commits.iter().filter_map(|c| c.view.as_ref()).map(|(id, version, payload)| (id, i64_of(*version), payload));
+    let events = commits.iter().flat_map(|c| &c.events).map(|e| {
+        let (payload, metadata) = (e.payload.to_string(), e.metadata.to_string());
+        (&e.aggregate_type, &e.aggregate_id, i64_of(e.sequence as u64), &e.event_type, &e.event_version, payload, metadata)
+    });
+    let views = commits.iter().filter_map(|c| c.view.as_ref()).map(|(id, version, payload)| (id, i64_of(*version), payload.to_string()));
     let snapshots = commits
         .iter()
         .filter_map(|c| c.snapshot.as_ref())
-        .map(|snap| (&snap.journey_id, SNAPSHOT_SCHEMA, i64_of(snap.version), &snap.chain_hash, &snap.state));
+        .map(|(id, snap)| (id, SNAPSHOT_SCHEMA, i64_of(snap.version), &snap.chain_hash, snap.state.to_string()));
     let audit = commits
         .iter()
         .flat_map(|c| c.audit.iter().map(|r| audit_row(r, None)))
@@ -469,7 +429,6 @@ async fn run_batch(
 mod tests {
     use super::*;
     use crate::store::{written_of, DbUrl, IfCurrent, PoolSettings};
-    use serde_json::Value;
     use sqlx::Row;
 
     fn event(journey: &str, sequence: usize, payload: Value) -> StoredEvent {
@@ -513,14 +472,9 @@ mod tests {
         };
         Commit {
             request_id: Some(format!("r-{sequence}")),
-            events: vec![EventRow::from(event(journey, sequence, payload.clone()))],
-            view: Some((journey.into(), sequence as u64, payload.to_string())),
-            snapshot: Some(SnapshotRow {
-                journey_id: journey.into(),
-                version: sequence as u64,
-                chain_hash: "h".into(),
-                state: payload.to_string(),
-            }),
+            events: vec![event(journey, sequence, payload.clone())],
+            view: Some((journey.into(), sequence as u64, payload.clone())),
+            snapshot: Some((journey.into(), Snapshot { version: sequence as u64, chain_hash: "h".into(), state: payload })),
             audit: vec![row],
         }
     }

@@ -20,7 +20,7 @@ mod views;
 
 pub(crate) use audit::written_of;
 pub use audit::{AuditCall, AuditRow, AuditRun, IfCurrent, ToolCallRow};
-pub use commit::{Commit, EventRow, SnapshotRow};
+pub use commit::Commit;
 pub(crate) use events::{row_to_event, EVENT_COLUMNS};
 pub use events::{KeyMismatch, StoredEvent};
 pub use identity::SessionRow;
@@ -115,10 +115,6 @@ pub struct SqliteStore {
 /// The production store.
 pub struct PgStore {
     pool: PgPool,
-    /// The commit task's own pool of one connection (ADR 0017): the task runs on a thread of its
-    /// own, and a connection it opens is driven by that thread's runtime. `None` behind a
-    /// transaction pooler, whose executor lends a connection per statement.
-    commits: Option<PgPool>,
     repo: PostgresEventRepository,
     /// Set behind a transaction pooler: the pool as an executor that keeps every statement in
     /// a transaction and unnamed (`pooler.rs`).
@@ -174,31 +170,20 @@ pub(crate) use on_pg_impl as on_pg;
 /// after an error (a broken connection is replaced at the next statement), and never taken
 /// behind a transaction pooler, whose executor lends a connection per statement.
 #[derive(Default)]
-pub struct HeldConnection {
-    conn: Option<sqlx::pool::PoolConnection<sqlx::Postgres>>,
-    /// Taken from the commit task's own pool (`PgStore::commits`) rather than the shared one.
-    commits: bool,
-}
+pub struct HeldConnection(Option<sqlx::pool::PoolConnection<sqlx::Postgres>>);
 
 impl HeldConnection {
-    /// The commit task's: its connection comes from the commit pool, so it is opened by, and
-    /// its socket driven from, the runtime the commit task runs on (ADR 0017).
-    pub fn for_commits() -> Self {
-        Self { conn: None, commits: true }
-    }
-
     /// Returns the connection to the pool (the task has been idle: a pool that is closing waits
     /// for every connection it lent).
     pub fn release(&mut self) {
-        self.conn = None;
+        self.0 = None;
     }
 
-    async fn get(&mut self, s: &PgStore) -> Result<&mut sqlx::PgConnection, sqlx::Error> {
-        if self.conn.is_none() {
-            let pool = if self.commits { s.commits.as_ref().unwrap_or(&s.pool) } else { &s.pool };
-            self.conn = Some(pool.acquire().await?);
+    async fn get(&mut self, pool: &PgPool) -> Result<&mut sqlx::PgConnection, sqlx::Error> {
+        if self.0.is_none() {
+            self.0 = Some(pool.acquire().await?);
         }
-        self.conn.as_deref_mut().ok_or(sqlx::Error::PoolClosed)
+        self.0.as_deref_mut().ok_or(sqlx::Error::PoolClosed)
     }
 }
 
@@ -212,7 +197,7 @@ macro_rules! on_held_impl {
                 let $exec = tx_pool;
                 $body
             }
-            None => match $held.get($s).await {
+            None => match $held.get(&$s.pool).await {
                 Ok(conn) => {
                     let $exec = &mut *conn;
                     $body
@@ -416,26 +401,23 @@ impl Store {
                     // and no startup parameter pgbouncer refuses (it passes only those it tracks).
                     options = options.statement_cache_capacity(0).extra_float_digits(None);
                 }
-                let pool_options = |max_connections: u32| {
-                    PgPoolOptions::new()
-                        .test_before_acquire(false)
-                        .before_acquire(|conn, meta| {
-                            Box::pin(async move {
-                                if meta.idle_for >= CHECK_IDLE_AFTER {
-                                    sqlx::Connection::ping(conn).await?;
-                                }
-                                Ok(true)
-                            })
+                let pool = PgPoolOptions::new()
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            if meta.idle_for >= CHECK_IDLE_AFTER {
+                                sqlx::Connection::ping(conn).await?;
+                            }
+                            Ok(true)
                         })
-                        .max_connections(max_connections)
-                        .acquire_timeout(settings.acquire_timeout)
-                };
-                let pool = pool_options(settings.max_connections).connect_with(options.clone()).await?;
+                    })
+                    .max_connections(settings.max_connections)
+                    .acquire_timeout(settings.acquire_timeout)
+                    .connect_with(options)
+                    .await?;
                 let repo = PostgresEventRepository::new(pool.clone());
                 let tx_pool = (settings.pooler == Pooler::Transaction).then(|| TxPool(pool.clone()));
-                // Opened lazily, by the commit task's first statement, on its own runtime.
-                let commits = tx_pool.is_none().then(|| pool_options(1).connect_lazy_with(options));
-                Ok(Self::Postgres(PgStore { pool, commits, repo, tx_pool }))
+                Ok(Self::Postgres(PgStore { pool, repo, tx_pool }))
             }
         }
     }
@@ -477,20 +459,10 @@ impl Store {
         crate::metrics::PoolSample { size, idle, max, timeouts: POOL_TIMEOUTS.load(std::sync::atomic::Ordering::Relaxed) }
     }
 
-    /// Closes the commit task's pool (ADR 0017) from the runtime its connection was opened on,
-    /// before that runtime ends.
-    pub async fn close_commits(&self) {
-        if let Self::Postgres(PgStore { commits: Some(commits), .. }) = self {
-            commits.close().await;
-        }
-    }
-
     /// Closes the pools (graceful shutdown).
     pub async fn close(&self) {
-        match self {
-            Self::Sqlite(s) => s.relaxed.close().await,
-            Self::Postgres(PgStore { commits: Some(commits), .. }) => commits.close().await,
-            Self::Postgres(_) => {}
+        if let Self::Sqlite(s) = self {
+            s.relaxed.close().await;
         }
         on_pool!(self, pool => pool.close().await)
     }
