@@ -146,8 +146,9 @@ struct Coach {
     sid: Option<String>,
 }
 
-/// A JSON-RPC answer as the load generator reads it: only whether it has a result. The rest of
-/// the body is skipped, not built into a tree (a coach runs on the machine it measures).
+/// A JSON-RPC answer as the load generator reads it: its result, typed as far as the coach reads
+/// it. The rest of the body is skipped, not built into a tree (a coach runs on the machine it
+/// measures).
 #[derive(serde::Deserialize)]
 struct Answered<R> {
     result: Option<R>,
@@ -183,9 +184,13 @@ struct ErrorCode {
     code: String,
 }
 
+/// An option as a coach picks it: one without a payload (there is none today) is sent back as
+/// `null` and refused by the server, rather than failing the whole answer's parse.
 #[derive(serde::Deserialize)]
 struct CoachOption {
+    #[serde(default)]
     kind: String,
+    #[serde(default)]
     payload: Value,
 }
 
