@@ -259,7 +259,7 @@ impl Store {
 
     /// Writes audit rows that ride in no command's commit (reads, refusals, the dispatcher's
     /// exits) in one transaction that does not wait for its flush (ADR 0006): on PostgreSQL
-    /// `synchronous_commit = off`, on SQLite a connection with `synchronous=NORMAL`. They are
+    /// `synchronous_commit = off`, on SQLite a write turn with `synchronous=NORMAL`. They are
     /// visible at once and durable with the next flushed commit or within the WAL writer's delay;
     /// a process crash loses none of them, only a crash of the machine can lose the last moment.
     ///
@@ -276,7 +276,7 @@ impl Store {
                 // One call: an immediate transaction holds the database's write lock from its
                 // first read, so no writer — of this process or another — moves a head between
                 // its check and the rows written against it.
-                let refused = super::commit::write_turn(&s.relaxed, &[], calls).await?;
+                let refused = super::commit::write_turn(&s.turns, super::commit::Flush::Relaxed, &[], calls).await?;
                 Ok(written_of(calls, &refused))
             }
             Self::Postgres(s) => {

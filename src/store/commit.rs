@@ -180,8 +180,21 @@ const SQLITE_BATCH: &str = sqlite_batch!();
 /// so the turn is one round trip to the connection's thread instead of three (each a thread
 /// wake-up that cost more than SQLite's own work on a busy machine: ADR 0013). An immediate
 /// transaction holds the write lock from the start, so no other process's write moves a head
-/// under the checked rows.
-const SQLITE_TURN: &str = concat!("BEGIN IMMEDIATE;\n", sqlite_batch!(), ";\nCOMMIT");
+/// under the checked rows. Each turn first sets the flush its commit waits for: the turns
+/// share one connection (ADR 0018), so none may inherit what the one before it set.
+const SQLITE_TURN: &str = concat!("PRAGMA synchronous = FULL;\nBEGIN IMMEDIATE;\n", sqlite_batch!(), ";\nCOMMIT");
+/// `SQLITE_TURN` for rows no acknowledged write depends on: its commit does not wait for the
+/// flush (ADR 0006); the next flushed commit carries it.
+const SQLITE_RELAXED_TURN: &str = concat!("PRAGMA synchronous = NORMAL;\nBEGIN IMMEDIATE;\n", sqlite_batch!(), ";\nCOMMIT");
+
+/// Whether a write turn's commit waits for its flush.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// `synchronous=FULL`: acknowledged only once on disk.
+    Full,
+    /// `synchronous=NORMAL`: durable with the next flushed commit.
+    Relaxed,
+}
 
 /// Whether a database error is a taken key (PostgreSQL 23505; SQLite's primary-key or unique
 /// constraint, extended codes 1555 and 2067).
@@ -323,7 +336,7 @@ impl Store {
         let _turn = s.writer.lock().await;
         let streams: Vec<_> = commits.iter().map(|c| stream_of(c)).collect();
         if streams.iter().all(Result::is_ok) {
-            match write_turn(&s.pool, commits, calls).await {
+            match write_turn(&s.turns, Flush::Full, commits, calls).await {
                 Ok(refused) => return Ok((commits.iter().map(|_| Ok(())).collect(), written_of(calls, &refused))),
                 Err(e) if !matches!(e, sqlx::Error::Database(_)) => return Err(e.into()),
                 // Refused and rolled back: again with a savepoint per command.
@@ -355,12 +368,21 @@ impl Store {
     }
 }
 
-/// Runs a write turn, `SQLITE_TURN`, on a connection of `pool`: the rows of `commits` (whose
-/// streams `stream_of` accepted), with their audit rows, and the rows of `calls`, committed
-/// together or not at all; returns the calls whose check refused their rows.
-pub(crate) async fn write_turn(pool: &SqlitePool, commits: &[&Commit], calls: &[AuditCall]) -> Result<HashSet<String>, sqlx::Error> {
+/// Runs a write turn, `SQLITE_TURN` or `SQLITE_RELAXED_TURN`, on a connection of `pool`: the
+/// rows of `commits` (whose streams `stream_of` accepted), with their audit rows, and the rows
+/// of `calls`, committed together or not at all; returns the calls whose check refused their rows.
+pub(crate) async fn write_turn(
+    pool: &SqlitePool,
+    flush: Flush,
+    commits: &[&Commit],
+    calls: &[AuditCall],
+) -> Result<HashSet<String>, sqlx::Error> {
     let mut turn = OpenTurn { conn: pool.acquire().await?, open: true };
-    let result = run_batch(SQLITE_TURN, &mut turn.conn, commits, calls).await;
+    let text = match flush {
+        Flush::Full => SQLITE_TURN,
+        Flush::Relaxed => SQLITE_RELAXED_TURN,
+    };
+    let result = run_batch(text, &mut turn.conn, commits, calls).await;
     // A statement that failed left the transaction open (or never began it): it is rolled back
     // here, and a connection that cannot confirm that is closed rather than lent again.
     turn.open = result.is_err() && sqlx::query("ROLLBACK").execute(&mut *turn.conn).await.is_err();
@@ -542,18 +564,37 @@ mod tests {
         let (store, path) = scratch_store(&PoolSettings { max_connections: 1, ..PoolSettings::default() }).await;
         let Store::Sqlite(s) = &store else { unreachable!() };
         let first = commit("a", 1, serde_json::json!({}));
-        write_turn(&s.pool, &[&first], &[]).await.unwrap();
+        write_turn(&s.pool, Flush::Full, &[&first], &[]).await.unwrap();
         // The same sequence number again: refused by its key half-way through the turn.
         let taken = Commit { request_id: Some("r-other".into()), ..commit("a", 1, serde_json::json!({"n": 2})) };
-        let refused = write_turn(&s.pool, &[&taken], &[]).await;
+        let refused = write_turn(&s.pool, Flush::Full, &[&taken], &[]).await;
         assert!(matches!(&refused, Err(sqlx::Error::Database(_))), "{refused:?}");
         // Nothing of it stayed, and the connection takes a new transaction (it would refuse one
         // inside another) whose writes are committed.
         let next = commit("b", 1, serde_json::json!({}));
-        write_turn(&s.pool, &[&next], &[]).await.unwrap();
+        write_turn(&s.pool, Flush::Full, &[&next], &[]).await.unwrap();
         let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql).fetch_one(&s.pool);
         assert_eq!(count("SELECT COUNT(*) FROM events").await.unwrap(), 2);
         assert_eq!(count("SELECT COUNT(*) FROM commit_requests WHERE request_id = 'r-other'").await.unwrap(), 0);
+        remove_scratch(store, path).await;
+    }
+
+    #[tokio::test]
+    async fn every_write_turn_on_the_shared_connection_sets_its_own_flush() {
+        let (store, path) = scratch_store(&PoolSettings::default()).await;
+        let Store::Sqlite(s) = &store else { unreachable!() };
+        let synchronous = || sqlx::query_scalar::<_, i64>("PRAGMA synchronous").fetch_one(&s.turns);
+        // SQLite's numbering: NORMAL is 1, FULL is 2.
+        write_turn(&s.turns, Flush::Relaxed, &[], &[]).await.unwrap();
+        assert_eq!(synchronous().await.unwrap(), 1);
+        // A commit after a relaxed turn on the same connection still waits for its flush.
+        write_turn(&s.turns, Flush::Full, &[&commit("a", 1, serde_json::json!({}))], &[]).await.unwrap();
+        assert_eq!(synchronous().await.unwrap(), 2);
+        // And a commit whose turn is refused half-way has set it before anything was written.
+        write_turn(&s.turns, Flush::Relaxed, &[], &[]).await.unwrap();
+        let taken = Commit { request_id: Some("r-other".into()), ..commit("a", 1, serde_json::json!({})) };
+        assert!(write_turn(&s.turns, Flush::Full, &[&taken], &[]).await.is_err());
+        assert_eq!(synchronous().await.unwrap(), 2);
         remove_scratch(store, path).await;
     }
 

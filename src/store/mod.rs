@@ -105,9 +105,12 @@ impl From<PersistenceError> for StoreError {
 pub struct SqliteStore {
     pool: SqlitePool,
     repo: SqliteEventRepository,
-    /// One connection with `synchronous=NORMAL`, for rows no acknowledged write depends on
-    /// (the audit of reads and refusals; ADR 0006).
-    relaxed: SqlitePool,
+    /// The one connection the command path's write turns run on: commits (`synchronous=FULL`)
+    /// and the audit rows no acknowledged write depends on (reads, refusals; `synchronous=NORMAL`,
+    /// ADR 0006), each turn setting its own. One connection keeps its page cache: SQLite drops
+    /// a connection's whole cache whenever another connection wrote since its last transaction,
+    /// so turns spread over a pool read every page they touch back from the file (ADR 0018).
+    turns: SqlitePool,
     /// SQLite has one writer: the turn `on_writer!` takes (nothing else locks it).
     writer: tokio::sync::Mutex<()>,
 }
@@ -385,14 +388,14 @@ impl Store {
                     .acquire_timeout(settings.acquire_timeout)
                     .connect_with(options.clone())
                     .await?;
-                let relaxed = SqlitePoolOptions::new()
+                let turns = SqlitePoolOptions::new()
                     .test_before_acquire(false)
                     .max_connections(1)
                     .acquire_timeout(settings.acquire_timeout)
-                    .connect_with(options.synchronous(SqliteSynchronous::Normal))
+                    .connect_with(options)
                     .await?;
                 let repo = SqliteEventRepository::new(pool.clone());
-                Ok(Self::Sqlite(SqliteStore { pool, repo, relaxed, writer: tokio::sync::Mutex::new(()) }))
+                Ok(Self::Sqlite(SqliteStore { pool, repo, turns, writer: tokio::sync::Mutex::new(()) }))
             }
             DbUrl::Postgres(url) => {
                 let mut options = PgConnectOptions::from_str(url)?;
@@ -462,7 +465,7 @@ impl Store {
     /// Closes the pools (graceful shutdown).
     pub async fn close(&self) {
         if let Self::Sqlite(s) = self {
-            s.relaxed.close().await;
+            s.turns.close().await;
         }
         on_pool!(self, pool => pool.close().await)
     }
