@@ -3,7 +3,9 @@
 //! plus what the postmaster's reaped children used), and PostgreSQL's own counters — WAL
 //! records, bytes and flushes (`pg_stat_wal`), transactions and row writes of the scratch database
 //! (`pg_stat_database`) and, when `pg_stat_statements` is loaded, statements. SQLite runs in
-//! the server process, so its CPU is the server's.
+//! the server process, so its CPU is the server's. On a virtual machine it also reads the CPU
+//! time the hypervisor gave to other guests (`steal` in `/proc/stat`): a phase that lost much of
+//! its cores that way measured the host, not the service, and its ratios say so.
 
 use serde_json::{json, Value};
 use sqlx::{PgPool, Row};
@@ -17,6 +19,8 @@ pub(crate) struct Reading {
     wal: Option<(i64, i64, i64)>,
     commits_and_rows: Option<(i64, i64)>,
     statements: Option<i64>,
+    /// CPU seconds stolen from this machine's CPUs.
+    steal: Option<f64>,
 }
 
 /// Reads the counters of one benchmark run.
@@ -40,6 +44,14 @@ fn proc_stat(pid: &str, tick_hz: f64) -> Option<(String, u32, [f64; 4])> {
         *slot = fields.get(11 + i)?.parse::<f64>().ok()? / tick_hz;
     }
     Some((comm, ppid, cpu))
+}
+
+/// CPU seconds the hypervisor ran something else while this machine's CPUs wanted to run,
+/// summed over its CPUs: the eighth value of `/proc/stat`'s `cpu` line, in clock ticks.
+fn stolen_cpu(tick_hz: f64) -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|l| l.split_whitespace().next() == Some("cpu"))?;
+    line.split_whitespace().nth(8)?.parse::<f64>().ok().map(|ticks| ticks / tick_hz)
 }
 
 /// CPU seconds of every PostgreSQL process on this host, including backends that already
@@ -94,7 +106,12 @@ impl Meter {
             tokio::time::sleep(PUBLISHED_WITHIN).await;
         }
         let cpu = |pid: &str| proc_stat(pid, self.tick_hz).map(|(_, _, c)| c[0] + c[1]).unwrap_or(0.0);
-        let mut reading = Reading { server_cpu: cpu(&self.server_pid.to_string()), self_cpu: cpu("self"), ..Reading::default() };
+        let mut reading = Reading {
+            server_cpu: cpu(&self.server_pid.to_string()),
+            self_cpu: cpu("self"),
+            steal: stolen_cpu(self.tick_hz),
+            ..Reading::default()
+        };
         if let Some(pool) = &self.pg {
             reading.db_cpu = postgres_cpu(self.tick_hz);
             reading.wal = sqlx::query("SELECT wal_records, CAST(wal_bytes AS bigint) AS wal_bytes, wal_sync FROM pg_stat_wal")
@@ -151,6 +168,7 @@ pub(crate) fn cost(before: &Reading, after: &Reading, units: f64, client: Client
     // competes with the server's and the database's, so the three together bound the rate.
     let generator_cpu = (client == Client::Server).then_some(after.self_cpu - before.self_cpu);
     let diff = |a: Option<i64>, b: Option<i64>| a.zip(b).map(|(a, b)| (a - b) as f64).and_then(per);
+    let stolen = after.steal.zip(before.steal).map(|(a, b)| (a - b).max(0.0));
     json!({
         "units": units,
         "client_cpu_ms": client_cpu.and_then(|c| per(c * 1000.0)),
@@ -166,6 +184,9 @@ pub(crate) fn cost(before: &Reading, after: &Reading, units: f64, client: Client
         "transactions": diff(after.commits_and_rows.map(|c| c.0), before.commits_and_rows.map(|c| c.0)),
         "rows_written": diff(after.commits_and_rows.map(|c| c.1), before.commits_and_rows.map(|c| c.1)),
         "statements": diff(after.statements, before.statements),
+        // Comparable with `machine_cpu_ms`: CPU time the machine wanted and the host gave to
+        // others. A run whose phases lost much of it measured the host, not the service.
+        "stolen_cpu_ms": stolen.and_then(|s| per(s * 1000.0)),
     })
 }
 
@@ -178,6 +199,16 @@ mod tests {
         let (comm, ppid, cpu) = proc_stat("self", 100.0).expect("own /proc stat");
         assert!(!comm.is_empty() && ppid > 0);
         assert!(cpu.iter().all(|c| *c >= 0.0));
+    }
+
+    #[test]
+    fn stolen_time_is_read_from_proc_stat_and_charged_per_unit() {
+        assert!(stolen_cpu(100.0).is_some_and(|s| s >= 0.0), "this Linux host has /proc/stat");
+        let before = Reading { steal: Some(10.0), ..Reading::default() };
+        let after = Reading { steal: Some(12.0), ..Reading::default() };
+        let c = cost(&before, &after, 500.0, Client::Server);
+        assert!((c["stolen_cpu_ms"].as_f64().unwrap() - 4.0).abs() < 1e-9, "{c}");
+        assert!(cost(&Reading::default(), &after, 500.0, Client::Server)["stolen_cpu_ms"].is_null());
     }
 
     #[test]

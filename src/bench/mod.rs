@@ -694,6 +694,17 @@ async fn build_journey(app: &Arc<App>, journey: &str, n: usize) -> anyhow::Resul
     Ok(())
 }
 
+/// What the host took while the mix ran, when it took any: a run on a virtual machine whose
+/// host is busy measures the host, and its figures are not comparable with a quiet run's.
+fn stolen_note(write_cost: &Value) -> String {
+    match (write_cost["stolen_cpu_ms"].as_f64(), write_cost["machine_cpu_ms"].as_f64()) {
+        (Some(stolen), Some(machine)) if stolen > 0.0 && machine > 0.0 => {
+            format!("; the host stole {stolen:.2} ms of CPU per write ({:.0} % of what the machine ran)", 100.0 * stolen / machine)
+        }
+        _ => String::new(),
+    }
+}
+
 /// `skillpilot bench --growth N`: the figures on the empty database, then again after the log
 /// grew by `N` events across `growth_journeys` journeys (copies of one journey built through the
 /// command path, inserted in batches) and the projector folded them all.
@@ -814,11 +825,12 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
             None => None,
         };
         eprintln!(
-            "bench: c={c}: writes {write_rate:.0}/s, reads {read_rate:.0}/s, inserts {:.0}/s{}; CPU per write (with its read) {:.2} ms, per insert {:.3} ms",
+            "bench: c={c}: writes {write_rate:.0}/s, reads {read_rate:.0}/s, inserts {:.0}/s{}; CPU per write (with its read) {:.2} ms, per insert {:.3} ms{}",
             base["per_second"].as_f64().unwrap_or(0.0),
             pgbench.as_ref().map(|p| format!(", pgbench {:.0}/s", p["per_second"].as_f64().unwrap_or(0.0))).unwrap_or_default(),
             write_cost["cpu_ms"].as_f64().unwrap_or(f64::NAN),
             insert_cost["cpu_ms"].as_f64().unwrap_or(f64::NAN),
+            stolen_note(&write_cost),
         );
         by_level.insert(c, (report.clone(), base.clone(), write_rate, read_rate, write_cost.clone(), insert_cost.clone(), pgbench.clone()));
         levels.push(json!({
