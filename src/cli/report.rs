@@ -105,9 +105,14 @@ pub(super) fn print_bench(r: &serde_json::Value) {
     println!("ratios at concurrency {}:", r["ratios_at_concurrency"]);
     let verdicts = crate::bench::verdicts(&r["ratios"], &r["targets"]);
     for v in &verdicts {
-        println!("  {:<34} {:>8.2}   target {:<7} {}", v.name, v.value, v.target, if v.met { "met" } else { "MISSED" });
+        let judged = match r["verdict"][&v.name].as_str() {
+            Some("met") => "met".to_owned(),
+            Some("missed") | None => "MISSED".to_owned(),
+            Some(other) => other.to_owned(),
+        };
+        println!("  {:<34} {:>8.2}   target {:<7} {judged}", v.name, v.value, v.target);
     }
-    let missed = verdicts.iter().filter(|v| !v.met).count();
+    let missed = crate::bench::unmet(r);
     println!(
         "verdict: {} of {} targets met{}",
         verdicts.len() - missed,

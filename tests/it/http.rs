@@ -207,10 +207,17 @@ async fn the_benchmark_runs_and_reports_every_ratio() {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     for ratio in ["write_vs_insert", "read_vs_write", "replay_vs_scan", "write_p99_vs_insert_p99", "long_stream_write_p50_vs_fresh"] {
         assert!(report["ratios"][ratio].as_f64().is_some_and(|r| r.is_finite() && r > 0.0), "{ratio}: {}", report["ratios"]);
-        assert!(report["verdict"][ratio] == "met" || report["verdict"][ratio] == "missed", "{ratio}: {}", report["verdict"]);
+        // A run whose host stole the cores from one phase does not judge its throughput ratio.
+        let judged = report["verdict"][ratio].as_str().unwrap_or_default();
+        assert!(
+            judged == "met" || judged == "missed" || (ratio == "write_vs_insert" && judged.starts_with("not comparable")),
+            "{ratio}: {}",
+            report["verdict"]
+        );
     }
-    // --check: 4 exactly when a target is missed (tiny runs like this one may miss some).
-    let missed = report["verdict"].as_object().unwrap().values().any(|v| v == "missed");
+    assert!(report["stolen_share_of_cores"]["mix"].as_f64().is_some_and(|s| s >= 0.0), "{}", report["stolen_share_of_cores"]);
+    // --check: 4 exactly when a target is missed or not judged (tiny runs like this one may miss some).
+    let missed = report["verdict"].as_object().unwrap().values().any(|v| v != "met");
     assert_eq!(out.status.code(), Some(if missed { 4 } else { 0 }), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(report["store"], "sqlite");
     // The protocol's floor: pings answered (none failed) and the bound they put on the mix.
