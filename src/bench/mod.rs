@@ -694,8 +694,33 @@ async fn build_journey(app: &Arc<App>, journey: &str, n: usize) -> anyhow::Resul
     Ok(())
 }
 
-/// The share of a phase's stolen CPU time a run tolerates before its throughput ratio is no
-/// longer judged: 5 % of the cores' time during the phase.
+/// The phases a ratio compares, as `stolen_share_of_cores` names them; none for the ratios of
+/// CPU time and counters, which a busy host does not distort.
+fn compared_phases(ratio: &str) -> &'static [&'static str] {
+    match ratio {
+        "write_vs_insert" => &["mix", "insert_limit"],
+        "read_vs_write" => &["reads_alone", "mix"],
+        "write_p99_vs_insert_p99" => &["mix", "driver_inserts"],
+        "long_stream_write_p50_vs_fresh" => &["long_journey"],
+        _ => &[],
+    }
+}
+
+/// The verdict of a ratio whose phases lost `STOLEN_TOLERANCE` or more of the cores' time.
+const NOT_COMPARABLE: &str = "not comparable: the host stole CPU time (stolen_share_of_cores)";
+
+/// A ratio's verdict: met, missed, or not comparable when the host stole from a phase it compares.
+fn judge(verdict: &Verdict, stolen: &Value) -> &'static str {
+    let contended = compared_phases(&verdict.name).iter().any(|phase| stolen[*phase].as_f64().is_some_and(|s| s >= STOLEN_TOLERANCE));
+    match (contended, verdict.met) {
+        (true, _) => NOT_COMPARABLE,
+        (false, true) => "met",
+        (false, false) => "missed",
+    }
+}
+
+/// The share of a phase's stolen CPU time a run tolerates before the ratios that compare it are
+/// no longer judged: 5 % of the cores' time during the phase.
 const STOLEN_TOLERANCE: f64 = 0.05;
 
 /// The share of all cores' time during a phase of `duration` that the host stole; the readings
@@ -925,8 +950,11 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     app.catch_up_analytics().await.map_err(|e| anyhow::anyhow!("analytics catch-up: {}", e.code()))?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fresh_token = new_learner(&app).await?;
+    let (long_started, l0) = (Instant::now(), meter.read(false).await);
     let long_p50 = write_p50(&server.base, &long_token, 200).await?;
     let fresh_p50 = write_p50(&server.base, &fresh_token, 200).await?;
+    let long_cost = cost(&l0, &meter.read(false).await, 400.0, Client::Server);
+    let long_elapsed = long_started.elapsed();
 
     // Peak RSS with many journeys, each read once through the server.
     let rss_before = server.peak_rss_kib();
@@ -956,30 +984,29 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     if pg_url.is_some() && options.concurrency.contains(&1) {
         targets["wal_flushes_per_write_at_one_coach"] = json!("<= 1.1");
     }
-    // The throughput ratio compares two phases run one after the other: a host that took the
-    // cores from one of them and not the other decides it, so such a run is not judged on it.
+    // A ratio of throughputs or latencies compares phases run one after the other: a host that
+    // took the cores from one of them decides it, so such a run does not judge it. CPU ratios
+    // count CPU time, which steal does not inflate, and are always judged.
     let limit_cost = pgbench_key.as_ref().map_or(&insert_cost, |p| &p["cost"]);
     let stolen = json!({
         "mix": stolen_share(&write_cost, duration, cores),
         "insert_limit": stolen_share(limit_cost, duration, cores),
+        "driver_inserts": stolen_share(&insert_cost, duration, cores),
+        "reads_alone": stolen_share(&read_cost, duration, cores),
+        "long_journey": stolen_share(&long_cost, long_elapsed, cores),
     });
-    let contended = ["mix", "insert_limit"].iter().any(|phase| stolen[phase].as_f64().is_some_and(|s| s >= STOLEN_TOLERANCE));
-    let verdict: serde_json::Map<String, Value> = verdicts(&ratios, &targets)
+    let judged: Vec<(Verdict, &str)> = verdicts(&ratios, &targets)
         .into_iter()
         .map(|v| {
-            let judged = match (v.name.as_str(), contended, v.met) {
-                ("write_vs_insert", true, _) => "not comparable: the host stole CPU time (stolen_share_of_cores)",
-                (_, _, true) => "met",
-                _ => "missed",
-            };
-            (v.name, json!(judged))
+            let judged = judge(&v, &stolen);
+            (v, judged)
         })
         .collect();
-    if contended {
-        eprintln!(
-            "bench: the host stole {stolen} of the cores' time during the mix and the insert limit's run: write_vs_insert is not judged"
-        );
+    let not_judged: Vec<&str> = judged.iter().filter(|(_, j)| *j == NOT_COMPARABLE).map(|(v, _)| v.name.as_str()).collect();
+    if !not_judged.is_empty() {
+        eprintln!("bench: the host stole CPU time ({stolen}, shares of the cores): not judged: {}", not_judged.join(", "));
     }
+    let verdict: serde_json::Map<String, Value> = judged.iter().map(|(v, j)| (v.name.clone(), json!(j))).collect();
     let out = json!({
         "store": store,
         "pooler": options.pooler,
@@ -1116,6 +1143,20 @@ mod verdict_tests {
         let share = stolen_share(&mix, Duration::from_secs(8), 2.0).unwrap();
         assert!((share - 2.5 / 16.0).abs() < 1e-9 && share >= STOLEN_TOLERANCE, "{share}");
         assert!(stolen_share(&unread, Duration::from_secs(8), 2.0).is_none());
+    }
+
+    #[test]
+    fn a_ratio_is_not_judged_when_the_host_stole_from_a_phase_it_compares() {
+        let verdict = |name: &str, met: bool| Verdict { name: name.into(), value: 1.0, target: ">= 1".into(), met };
+        let stolen = json!({"mix": 0.12, "insert_limit": 0.01, "driver_inserts": 0.0, "reads_alone": 0.0, "long_journey": null});
+        assert_eq!(judge(&verdict("write_vs_insert", true), &stolen), NOT_COMPARABLE);
+        assert_eq!(judge(&verdict("read_vs_write", false), &stolen), NOT_COMPARABLE);
+        assert_eq!(judge(&verdict("write_p99_vs_insert_p99", true), &stolen), NOT_COMPARABLE);
+        // CPU time is not inflated by steal; a phase not metered is not held against its ratio.
+        assert_eq!(judge(&verdict("write_cpu_vs_insert_cpu", true), &stolen), "met");
+        assert_eq!(judge(&verdict("long_stream_write_p50_vs_fresh", false), &stolen), "missed");
+        let quiet = json!({"mix": 0.049, "insert_limit": 0.0});
+        assert_eq!(judge(&verdict("write_vs_insert", false), &quiet), "missed");
     }
 
     #[test]

@@ -207,10 +207,10 @@ async fn the_benchmark_runs_and_reports_every_ratio() {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     for ratio in ["write_vs_insert", "read_vs_write", "replay_vs_scan", "write_p99_vs_insert_p99", "long_stream_write_p50_vs_fresh"] {
         assert!(report["ratios"][ratio].as_f64().is_some_and(|r| r.is_finite() && r > 0.0), "{ratio}: {}", report["ratios"]);
-        // A run whose host stole the cores from one phase does not judge its throughput ratio.
+        // A run whose host stole the cores from a phase a ratio compares does not judge that ratio.
         let judged = report["verdict"][ratio].as_str().unwrap_or_default();
         assert!(
-            judged == "met" || judged == "missed" || (ratio == "write_vs_insert" && judged.starts_with("not comparable")),
+            judged == "met" || judged == "missed" || (ratio != "replay_vs_scan" && judged.starts_with("not comparable")),
             "{ratio}: {}",
             report["verdict"]
         );
