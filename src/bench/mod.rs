@@ -1048,8 +1048,8 @@ pub(crate) struct Verdict {
     pub met: bool,
 }
 
-/// How many of a report's targets are not met: missed, or not judged (a contended run's
-/// throughput ratio); the report's `verdict` decides.
+/// How many of a report's targets are not met: missed, or not judged (a ratio whose phases the
+/// host stole from); the report's `verdict` decides.
 pub(crate) fn unmet(report: &Value) -> usize {
     match report["verdict"].as_object() {
         Some(verdict) => verdict.values().filter(|v| *v != "met").count(),
