@@ -694,6 +694,14 @@ async fn build_journey(app: &Arc<App>, journey: &str, n: usize) -> anyhow::Resul
     Ok(())
 }
 
+/// Turns (a context read and a write each) timed on the long journey and on a fresh one.
+const LONG_STREAM_TURNS: usize = 200;
+
+/// CPU seconds the host stole during a phase, from its cost.
+fn stolen_seconds(cost: &Value) -> Option<f64> {
+    Some(cost["stolen_cpu_ms"].as_f64()? * cost["units"].as_f64()? / 1000.0)
+}
+
 /// The phases a ratio compares, as `stolen_share_of_cores` names them; none for the ratios of
 /// CPU time and counters, which a busy host does not distort.
 fn compared_phases(ratio: &str) -> &'static [&'static str] {
@@ -726,7 +734,7 @@ const STOLEN_TOLERANCE: f64 = 0.05;
 /// The share of all cores' time during a phase of `duration` that the host stole; the readings
 /// around a phase also span its settling waits, when an idle machine loses next to nothing.
 fn stolen_share(cost: &Value, duration: Duration, cores: f64) -> Option<f64> {
-    let seconds = cost["stolen_cpu_ms"].as_f64()? * cost["units"].as_f64()? / 1000.0;
+    let seconds = stolen_seconds(cost)?;
     let capacity = duration.as_secs_f64() * cores;
     (capacity > 0.0).then(|| seconds / capacity)
 }
@@ -738,7 +746,7 @@ fn stolen_note(phases: &[(&str, &Value)]) -> String {
     let lost: Vec<String> = phases
         .iter()
         .filter_map(|(name, cost)| {
-            let seconds = cost["stolen_cpu_ms"].as_f64()? * cost["units"].as_f64()? / 1000.0;
+            let seconds = stolen_seconds(cost)?;
             (seconds >= 0.05).then(|| format!("{seconds:.1} s in the {name}"))
         })
         .collect();
@@ -951,9 +959,9 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fresh_token = new_learner(&app).await?;
     let (long_started, l0) = (Instant::now(), meter.read(false).await);
-    let long_p50 = write_p50(&server.base, &long_token, 200).await?;
-    let fresh_p50 = write_p50(&server.base, &fresh_token, 200).await?;
-    let long_cost = cost(&l0, &meter.read(false).await, 400.0, Client::Server);
+    let long_p50 = write_p50(&server.base, &long_token, LONG_STREAM_TURNS).await?;
+    let fresh_p50 = write_p50(&server.base, &fresh_token, LONG_STREAM_TURNS).await?;
+    let long_cost = cost(&l0, &meter.read(false).await, (2 * LONG_STREAM_TURNS) as f64, Client::Server);
     let long_elapsed = long_started.elapsed();
 
     // Peak RSS with many journeys, each read once through the server.
