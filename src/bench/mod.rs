@@ -694,6 +694,10 @@ async fn build_journey(app: &Arc<App>, journey: &str, n: usize) -> anyhow::Resul
     Ok(())
 }
 
+/// SQLite's writes per second at 16 coaches when the one-transaction command path was asked for
+/// (issue 14's measurement, on a machine like the ones the bench runs on): the target is 3×.
+const SQLITE_FIRST_MEASURED_WRITES_PER_SECOND: f64 = 640.0;
+
 /// Turns (a context read and a write each) timed on the long journey and on a fresh one.
 const LONG_STREAM_TURNS: usize = 200;
 
@@ -707,6 +711,7 @@ fn stolen_seconds(cost: &Value) -> Option<f64> {
 fn compared_phases(ratio: &str) -> &'static [&'static str] {
     match ratio {
         "write_vs_insert" => &["mix", "insert_limit"],
+        "write_vs_first_measured" => &["mix"],
         "read_vs_write" => &["reads_alone", "mix"],
         "write_p99_vs_insert_p99" => &["mix", "driver_inserts"],
         "long_stream_write_p50_vs_fresh" => &["long_journey"],
@@ -978,7 +983,7 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
 
     // The real limit: PostgreSQL's own tool where it ran, else the driver's autocommit inserts.
     let insert_limit = pgbench_key.as_ref().and_then(|p| p["per_second"].as_f64()).or(base["per_second"].as_f64()).unwrap_or(f64::NAN);
-    let ratios = json!({
+    let mut ratios = json!({
         "write_vs_insert": write_rate / insert_limit,
         "write_cpu_vs_insert_cpu": write_cpu.zip(insert_cost["cpu_ms"].as_f64()).map(|(w, i)| w / i),
         "wal_flushes_per_write_at_one_coach": one_coach_flushes,
@@ -988,6 +993,12 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
         "long_stream_write_p50_vs_fresh": long_p50 / fresh_p50,
     });
     let mut targets = json!({"write_vs_insert": ">= 0.12", "write_cpu_vs_insert_cpu": "<= 8", "read_vs_write": ">= 2", "replay_vs_scan": ">= 0.25", "write_p99_vs_insert_p99": "<= 4", "long_stream_write_p50_vs_fresh": "<= 1.5"});
+    // SQLite has no insert tool of its own to hold the writes against: its target is three times
+    // the writes per second the command path did when the target was set.
+    if pg_url.is_none() {
+        ratios["write_vs_first_measured"] = json!(write_rate / SQLITE_FIRST_MEASURED_WRITES_PER_SECOND);
+        targets["write_vs_first_measured"] = json!(">= 3");
+    }
     // WAL flushes are PostgreSQL's counter, judged when the run had a level with one coach.
     if pg_url.is_some() && options.concurrency.contains(&1) {
         targets["wal_flushes_per_write_at_one_coach"] = json!("<= 1.1");
