@@ -55,8 +55,6 @@ pub struct ActiveSession {
     /// Whether `loaded` was read against the log; `false` when the call took this process's
     /// copy unread ([`App::cached_copy`]).
     pub validated: bool,
-    /// A freshly sealed `learningSessionId` for it.
-    pub token: String,
 }
 
 impl App {
@@ -185,11 +183,15 @@ impl App {
         }
         let tz = row.time_zone.parse::<Tz>().unwrap_or(chrono_tz::UTC);
         let pack = self.pack_of(&loaded.state)?;
-        let started = DateTime::<Utc>::from_timestamp_millis(row.started_ms).unwrap_or(now);
-        let token = self
-            .keys
-            .seal_session(&SessionClaims { sid: row.session_id.clone(), exp: (started + self.settings.session_absolute).timestamp() });
-        Ok(ActiveSession { row, tz, pack, loaded, validated, token })
+        Ok(ActiveSession { row, tz, pack, loaded, validated })
+    }
+
+    /// A freshly sealed `learningSessionId` for a session: only the gate call hands one out
+    /// (docs/tool-contract.md), so it is sealed there and not on every call that resolves the
+    /// session (that was ~3 % of the server's CPU under load).
+    pub fn session_token(&self, row: &SessionRow) -> String {
+        let started = DateTime::<Utc>::from_timestamp_millis(row.started_ms).unwrap_or_else(|| self.clock.now());
+        self.keys.seal_session(&SessionClaims { sid: row.session_id.clone(), exp: (started + self.settings.session_absolute).timestamp() })
     }
 
     /// When a session expires: idle time counts from the later of its start and the journey's

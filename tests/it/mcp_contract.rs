@@ -264,10 +264,14 @@ async fn repeated_gate_calls_return_the_same_session(t: Arc<TestApp>) {
     let (_, again) = call(&t, &c.token, "get_skillpilot_learning_context", json!({})).await;
     let other = again["learningSessionId"].as_str().unwrap();
     // Fresh nonce, same session: both ids work and address the same journey state.
+    assert_ne!(other, c.sid);
     let (_, via_first) = call(&t, &c.token, "get_skillpilot_learning_context", json!({"learningSessionId": c.sid})).await;
     let (_, via_second) = call(&t, &c.token, "get_skillpilot_learning_context", json!({"learningSessionId": other})).await;
     assert_eq!(via_first["stateVersion"], via_second["stateVersion"]);
     assert_eq!(via_first["activeGoal"], via_second["activeGoal"]);
+    // Only the gate call hands an id out: a call that names one gets none back.
+    assert!(via_first.get("learningSessionId").is_none(), "{via_first}");
+    assert_eq!(t.app.keys.open_session(other).unwrap(), t.app.keys.open_session(&c.sid).unwrap());
 }
 
 async fn unknown_and_forbidden_fields_are_refused_at_every_level_before_the_core(t: Arc<TestApp>) {

@@ -41,7 +41,7 @@ pub(super) struct Args {
 pub(super) async fn handle(call: &Call<'_>, args: Args) -> Result<ToolOutput, AppError> {
     let mut ctx = call.context(call.state());
     if args.learning_session_id.is_none() {
-        ctx.learning_session_id = Some(call.session.token.clone());
+        ctx.learning_session_id = Some(call.app.session_token(&call.session.row));
     }
     Ok(call.output(Structured::Context(Box::new(ctx)), Note::StateLoaded.text(call.lang()), 0))
 }
