@@ -7,6 +7,7 @@
 //! peak RSS. Prints a table, or one JSON object.
 
 mod meter;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -140,9 +141,7 @@ async fn spawn_server(db: &str, keys: &str, content: Option<&PathBuf>, pooler: O
 }
 
 struct Coach {
-    http: reqwest::Client,
-    base: String,
-    token: String,
+    wire: wire::Wire,
     sid: Option<String>,
 }
 
@@ -225,25 +224,25 @@ struct CoachToolCall {
 }
 
 impl Coach {
+    /// A coach for the learner with `token`, talking to the server at `base`.
+    fn new(base: &str, token: &str) -> Self {
+        Self { wire: wire::Wire::new(base, token), sid: None }
+    }
+
+    /// The same connection, now the coach of the learner with `token`, in a new chat.
+    fn become_learner(&mut self, token: &str) {
+        self.wire.set_token(token);
+        self.sid = None;
+    }
+
     /// One JSON-RPC request to the MCP endpoint as a coach sends it: the answer's body read as
-    /// `R`, if it parses, and the seconds until its headers arrived.
-    async fn rpc<R: serde::de::DeserializeOwned>(&self, request: &Value) -> (Option<R>, f64) {
+    /// `R`, if it parses, and the seconds until it had arrived.
+    async fn rpc<R: serde::de::DeserializeOwned>(&mut self, request: &Value) -> (Option<R>, f64) {
         let started = Instant::now();
-        let response = self
-            .http
-            .post(format!("{}/mcp", self.base))
-            .bearer_auth(&self.token)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(request)
-            .send()
-            .await;
+        let Ok(body) = serde_json::to_vec(request) else { return (None, 0.0) };
+        let answered = self.wire.post(body).await;
         let elapsed = started.elapsed().as_secs_f64();
-        let body = match response {
-            Ok(r) => r.bytes().await.ok().and_then(|b| serde_json::from_slice(&b).ok()),
-            Err(_) => None,
-        };
-        (body, elapsed)
+        (answered.and_then(|b| serde_json::from_slice(&b).ok()), elapsed)
     }
 
     async fn call(&mut self, tool: &str, mut args: Value, samples: &Mutex<Samples>) -> Option<Coached> {
@@ -396,10 +395,11 @@ async fn load(
     for _ in 0..concurrency {
         let (app, base, samples, learners) = (app.clone(), base.to_owned(), samples.clone(), learners.clone());
         tasks.push(tokio::spawn(async move {
-            let http = reqwest::Client::new();
+            // One connection per coach, kept while it takes learner after learner.
+            let mut coach = Coach::new(&base, "");
             while Instant::now() < deadline {
                 let Ok(token) = learners.take(&app).await else { return };
-                let mut coach = Coach { http: http.clone(), base: base.clone(), token, sid: None };
+                coach.become_learner(&token);
                 while Instant::now() < deadline && coach.turn(&samples).await {}
             }
         }));
@@ -454,7 +454,7 @@ async fn reads_only(app: &Arc<App>, base: &str, concurrency: usize, duration: Du
     for token in coaches {
         let (base, samples) = (base.to_owned(), samples.clone());
         tasks.push(tokio::spawn(async move {
-            let mut coach = Coach { http: reqwest::Client::new(), base, token, sid: None };
+            let mut coach = Coach::new(&base, &token);
             while Instant::now() < deadline {
                 if let Some(ctx) = coach.call(Tool::LearningContext.name(), json!({}), &samples).await {
                     if coach.sid.is_none() {
@@ -482,7 +482,7 @@ async fn pings(app: &Arc<App>, base: &str, concurrency: usize, duration: Duratio
     let started = Instant::now();
     let mut tasks = Vec::new();
     for token in tokens {
-        let coach = Coach { http: reqwest::Client::new(), base: base.to_owned(), token, sid: None };
+        let mut coach = Coach::new(base, &token);
         tasks.push(tokio::spawn(async move {
             let (mut answered, mut failed) = (Vec::new(), 0usize);
             let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
@@ -586,7 +586,7 @@ async fn write_p50(base: &str, token: &str, n: usize) -> anyhow::Result<f64> {
 /// (write) and the context read before it, each timed on its own.
 async fn turn_p50s(base: &str, token: &str, n: usize) -> anyhow::Result<(f64, f64)> {
     let samples = Mutex::new(Samples::default());
-    let mut coach = Coach { http: reqwest::Client::new(), base: base.to_owned(), token: token.to_owned(), sid: None };
+    let mut coach = Coach::new(base, token);
     for _ in 0..n {
         let ctx = coach.call(Tool::LearningContext.name(), json!({}), &samples).await.context("context read failed")?;
         if coach.sid.is_none() {
@@ -974,9 +974,9 @@ async fn run_on(options: &BenchOptions, db: &str, keys: &str) -> anyhow::Result<
     let rss_before = server.peak_rss_kib();
     let tokens = new_learners(&app, options.rss_journeys).await?;
     let mut read_ok = 0usize;
-    let http = reqwest::Client::new();
+    let mut coach = Coach::new(&server.base, "");
     for token in &tokens {
-        let mut coach = Coach { http: http.clone(), base: server.base.clone(), token: token.clone(), sid: None };
+        coach.become_learner(token);
         let s = Mutex::new(Samples::default());
         read_ok += usize::from(coach.call(Tool::LearningContext.name(), json!({}), &s).await.is_some());
     }
