@@ -3,8 +3,9 @@
 //!
 //! The load generator runs on the machine it measures, so every microsecond it spends is taken
 //! from the server and the database. A general-purpose client (connection pool, per-request URL
-//! parsing and header maps, redirect and proxy handling) cost about a third more CPU per request
-//! than this; `pgbench`, the baseline the service is held to, is a lean C client as well.
+//! parsing and header maps, redirect and proxy handling) cost the load generator a third to a
+//! half more CPU per request than this (docs/performance.md); `pgbench`, the baseline the
+//! service is held to, is a lean C client as well.
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
